@@ -1,0 +1,91 @@
+"""Environment factory: a gymnasium id and a few options -> a batched TorchRL environment."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from rl_lightning.envs.vector import GymVecEnv
+
+__all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env"]
+
+
+class UnknownEnvError(ValueError):
+    """Raised for a gymnasium id that is not registered."""
+
+
+@dataclass
+class EnvConfig:
+    """What ``conf/env/*.yaml`` holds; see the configuration reference.
+
+    Attributes:
+        id: gymnasium id, for example ``CartPole-v1`` or ``HockeyVsOpponent-v0``.
+        num_envs: parallel training envs; the policy acts on all of them in one batched call.
+        vectorization: ``sync`` (one process) or ``async`` (a worker process per env).
+        max_episode_steps: episode length limit; ``None`` keeps the id's own.
+        kwargs: keyword arguments for ``gymnasium.make``.
+        info_keys: numeric ``info`` entries copied into the collected data (for example ``winner``).
+        eval_num_envs: envs used side by side for evaluation.
+    """
+
+    id: str
+    num_envs: int = 1
+    vectorization: str = "sync"
+    max_episode_steps: int | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    info_keys: Sequence[str] = ()
+    eval_num_envs: int = 1
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> EnvConfig:
+        """Builds the config from a mapping (a Hydra node converted to a container)."""
+        allowed = set(cls.__dataclass_fields__)
+        unknown = set(cfg) - allowed
+        if unknown:
+            raise ValueError(f"Unknown env option(s) {sorted(unknown)}; allowed: {sorted(allowed)}.")
+        return cls(**dict(cfg))
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises :class:`UnknownEnvError` with close matches when ``env_id`` is not registered."""
+    import rl_lightning.envs  # noqa: F401  (registers our own ids)
+
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UnknownEnvError(f"Unknown gymnasium id '{env_id}'.{hint} Set env.id to a registered id.")
+
+
+def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
+    kwargs = dict(cfg.kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+
+    def build() -> gym.Env:
+        import rl_lightning.envs  # noqa: F401  (worker processes register our ids too)
+
+        # The passive checker costs a little on every step and is meant for env authors.
+        return gym.make(cfg.id, disable_env_checker=True, **kwargs)
+
+    return build
+
+
+def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None) -> GymVecEnv:
+    """Builds the batched TorchRL env described by ``cfg``.
+
+    Args:
+        cfg: the env config.
+        num_envs: overrides ``cfg.num_envs`` (evaluation uses ``cfg.eval_num_envs``).
+        seed: seeds every env (env ``i`` gets ``seed + i``) and its action space.
+    """
+    check_env_id(cfg.id)
+    n = cfg.num_envs if num_envs is None else num_envs
+    env = GymVecEnv([_env_fn(cfg)] * n, vectorization=cfg.vectorization, info_keys=cfg.info_keys)
+    if seed is not None:
+        env.set_seed(seed)
+    return env

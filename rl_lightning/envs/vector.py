@@ -1,0 +1,232 @@
+"""A TorchRL environment over a batch of gymnasium environments, built for collection speed.
+
+TorchRL's ``GymEnv(id, num_envs=N)`` always starts an ``AsyncVectorEnv`` (N spawned processes), and
+``GymWrapper`` over a synchronous vector env pays for a partial ``reset`` call, ``where`` merges and
+``StepCounter``/``RewardSum`` transforms on every step. :class:`GymVecEnv` keeps TorchRL's interface
+(specs, ``step``, ``reset``, ``step_and_maybe_reset``, so the real ``Collector`` drives it) and does the
+per-step work in numpy:
+
+* ``sync`` mode steps the N gymnasium envs in a plain loop in this process, resetting an env in the same
+  step it ends (the returned ``("next", "observation")`` is the final one, the next root observation the
+  reset one), so the collector never issues a partial reset;
+* ``async`` mode drives a gymnasium ``AsyncVectorEnv`` (autoreset ``SAME_STEP``) for expensive envs on
+  machines with many cores;
+* the episode return and length are tracked in numpy and written as ``episode_reward`` and
+  ``step_count`` (the keys of TorchRL's ``RewardSum``/``StepCounter``), observations are cast to float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+__all__ = ["GymVecEnv", "action_spec_from_space"]
+
+
+def action_spec_from_space(space: gym.Space, num_envs: int) -> Bounded | Categorical:
+    """TorchRL action spec for ``num_envs`` copies of a gymnasium action space.
+
+    Raises:
+        ValueError: for spaces other than ``Discrete`` and ``Box``.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return Categorical(int(space.n), shape=(num_envs,), dtype=torch.int64)
+    if isinstance(space, gym.spaces.Box):
+        return Bounded(
+            torch.as_tensor(space.low, dtype=torch.float32).expand(num_envs, *space.shape).clone(),
+            torch.as_tensor(space.high, dtype=torch.float32).expand(num_envs, *space.shape).clone(),
+            shape=(num_envs, *space.shape),
+            dtype=torch.float32,
+        )
+    raise ValueError(
+        f"Unsupported action space {space}: rl_lightning handles Discrete and Box action spaces; "
+        "wrap the environment so that it exposes one of them."
+    )
+
+
+class GymVecEnv(EnvBase):
+    """``num_envs`` gymnasium environments as one batched TorchRL environment.
+
+    Args:
+        env_fns: one constructor per environment.
+        vectorization: ``"sync"`` (one process, plain loop) or ``"async"`` (a worker process per env).
+        max_episode_steps: the episode length limit; ``None`` keeps each env's own.
+
+    Keys (batch ``[num_envs]``): ``observation [N, *obs]`` float32, ``action``, ``("next", "reward")
+    [N, 1]``, ``done``/``terminated``/``truncated [N, 1]`` bool, ``episode_reward [N, 1]`` (running return,
+    complete in ``next`` on the last step of an episode), ``step_count [N, 1]`` int64; with the
+    ``info_keys`` of the env (numbers only, for example hockey's ``winner``) copied into ``next``.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        vectorization: str = "sync",
+        info_keys: Sequence[str] = (),
+    ) -> None:
+        if vectorization not in ("sync", "async"):
+            raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}.")
+        n = len(env_fns)
+        if n < 1:
+            raise ValueError("num_envs must be at least 1.")
+        super().__init__(batch_size=torch.Size([n]), device="cpu")
+        self.vectorization = vectorization
+        self.info_keys = tuple(info_keys)
+        if vectorization == "sync":
+            self.envs = [fn() for fn in env_fns]
+            self._vec = None
+            single_obs, single_act = self.envs[0].observation_space, self.envs[0].action_space
+        else:
+            self.envs = []
+            self._vec = gym.vector.AsyncVectorEnv(
+                list(env_fns), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+            )
+            single_obs, single_act = self._vec.single_observation_space, self._vec.single_action_space
+        if not isinstance(single_obs, gym.spaces.Box):
+            raise ValueError(
+                f"Unsupported observation space {single_obs}: rl_lightning expects a Box observation; "
+                "add a gymnasium FlattenObservation wrapper for dict or discrete observations."
+            )
+        obs_shape = tuple(single_obs.shape)
+        self.observation_spec = Composite(
+            observation=Unbounded((n, *obs_shape), dtype=torch.float32),
+            episode_reward=Unbounded((n, 1), dtype=torch.float32),
+            step_count=Unbounded((n, 1), dtype=torch.int64),
+            shape=(n,),
+        )
+        self.action_spec = action_spec_from_space(single_act, n)
+        self.reward_spec = Unbounded((n, 1), dtype=torch.float32)
+        self._discrete = isinstance(single_act, gym.spaces.Discrete)
+        self._obs = np.zeros((n, *obs_shape), np.float32)  # root observation of the next step
+        self._next_obs = np.zeros((n, *obs_shape), np.float32)
+        self._reward = np.zeros((n, 1), np.float32)
+        self._terminated = np.zeros((n, 1), bool)
+        self._truncated = np.zeros((n, 1), bool)
+        self._return = np.zeros((n, 1), np.float32)
+        self._length = np.zeros((n, 1), np.int64)
+        self._info = {k: np.zeros((n, 1), np.float32) for k in self.info_keys}
+        self._seed: int | None = None
+
+    # ------------------------------------------------------------------ gymnasium side
+    def _gym_reset_all(self) -> None:
+        seed = self._seed
+        if self._vec is not None:
+            obs, _ = self._vec.reset(seed=seed)
+            self._obs[:] = obs
+        else:
+            for i, env in enumerate(self.envs):
+                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                self._obs[i] = obs
+        # Seeds apply once; later resets continue each env's own generator.
+        self._seed = None
+
+    def _gym_step(self, action: np.ndarray) -> None:
+        if self._vec is not None:
+            obs, reward, term, trunc, info = self._vec.step(action)
+            self._reward[:, 0] = reward
+            self._terminated[:, 0] = term
+            self._truncated[:, 0] = trunc
+            self._obs[:] = obs
+            self._next_obs[:] = obs
+            done = term | trunc
+            if done.any():
+                final = info["final_obs"]
+                for i in np.flatnonzero(done):
+                    self._next_obs[i] = final[i]
+            for k in self.info_keys:
+                if k in info:
+                    self._info[k][:, 0] = info[k]
+            return
+        for i, env in enumerate(self.envs):
+            obs, reward, term, trunc, info = env.step(action[i])
+            self._next_obs[i] = obs
+            self._reward[i, 0] = reward
+            self._terminated[i, 0] = term
+            self._truncated[i, 0] = trunc
+            for k in self.info_keys:
+                self._info[k][i, 0] = info.get(k, 0.0)
+            if term or trunc:
+                obs, _ = env.reset()
+            self._obs[i] = obs
+
+    # ------------------------------------------------------------------ TorchRL side
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        # Every reset is a full one: partial resets never reach this env because it resets finished
+        # episodes itself inside ``step`` (see ``_step_and_maybe_reset``).
+        self._gym_reset_all()
+        self._return[:] = 0
+        self._length[:] = 0
+        return self._root_td()
+
+    def _root_td(self) -> TensorDictBase:
+        n = self.batch_size[0]
+        false = torch.zeros(n, 1, dtype=torch.bool)
+        return TensorDict(
+            {
+                "observation": torch.from_numpy(self._obs.copy()),
+                "episode_reward": torch.from_numpy(self._return.copy()),
+                "step_count": torch.from_numpy(self._length.copy()),
+                "done": false,
+                "terminated": false.clone(),
+                "truncated": false.clone(),
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get("action").detach().cpu().numpy()
+        self._gym_step(action)
+        self._return += self._reward
+        self._length += 1
+        terminated = torch.from_numpy(self._terminated.copy())
+        truncated = torch.from_numpy(self._truncated.copy())
+        out = TensorDict(
+            {
+                "observation": torch.from_numpy(self._next_obs.copy()),
+                "reward": torch.from_numpy(self._reward.copy()),
+                "episode_reward": torch.from_numpy(self._return.copy()),
+                "step_count": torch.from_numpy(self._length.copy()),
+                "done": terminated | truncated,
+                "terminated": terminated,
+                "truncated": truncated,
+            },
+            batch_size=self.batch_size,
+        )
+        for k, v in self._info.items():
+            out.set(k, torch.from_numpy(v.copy()))
+        finished = (self._terminated | self._truncated)[:, 0]
+        self._return[finished] = 0
+        self._length[finished] = 0
+        return out
+
+    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        tensordict = self.step(tensordict)
+        root = self._step_mdp(tensordict)
+        # The finished envs were reset inside the step: the root of the next step carries their first
+        # observation and fresh counters, and no env is done.
+        fresh = self._root_td()
+        for key in ("observation", "episode_reward", "step_count", "done", "terminated", "truncated"):
+            root.set(key, fresh.get(key))
+        return tensordict, root
+
+    def _set_seed(self, seed: int | None) -> None:
+        self._seed = seed
+        if seed is None:
+            return
+        spaces = [e.action_space for e in self.envs] or [self._vec.action_space]
+        for i, space in enumerate(spaces):
+            space.seed(seed + i)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        for env in self.envs:
+            env.close()
+        if self._vec is not None:
+            self._vec.close()
+        super().close(raise_if_closed=raise_if_closed)

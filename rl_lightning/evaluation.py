@@ -1,0 +1,162 @@
+"""Evaluation of the deterministic policy on separate envs, as a function and as a callback."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.metrics import log_metrics
+
+__all__ = ["EvalCallback", "evaluate_policy", "evaluate_variants"]
+
+
+@torch.no_grad()
+def evaluate_policy(
+    module: L.LightningModule, env_cfg: EnvConfig, episodes: int, seed: int
+) -> dict[str, float]:
+    """Runs ``episodes`` whole episodes with ``module.act_eval`` and summarises them.
+
+    Args:
+        module: an algorithm module (its ``act_eval`` is used; its train/eval mode is restored after).
+        env_cfg: the env to evaluate on (``eval_num_envs`` envs side by side).
+        episodes: how many episodes to count; the first ``episodes`` to finish are kept.
+        seed: the eval envs' seed.
+
+    Returns:
+        ``return_mean``, ``return_std``, ``length_mean``, and, where the env reports ``winner``
+        (hockey), ``win_rate``, ``loss_rate`` and ``draw_rate`` (draws are not wins).
+    """
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1.")
+    n_envs = min(env_cfg.eval_num_envs, episodes)
+    env = make_env(env_cfg, num_envs=n_envs, seed=seed)
+    was_training = module.training
+    module.eval()
+    returns: list[float] = []
+    lengths: list[float] = []
+    winners: list[float] = []
+    try:
+        td = env.reset()
+        while len(returns) < episodes:
+            td = module.act_eval(td.to(module.device)).to("cpu")
+            td, td_next = env.step_and_maybe_reset(td)
+            nxt = td.get("next")
+            done = nxt.get("done").squeeze(-1)
+            if done.any():
+                returns += nxt.get("episode_reward")[done].squeeze(-1).tolist()
+                lengths += nxt.get("step_count")[done].squeeze(-1).tolist()
+                if "winner" in nxt.keys():
+                    winners += nxt.get("winner")[done].squeeze(-1).tolist()
+            td = td_next
+    finally:
+        env.close()
+        module.train(was_training)
+    returns, lengths, winners = returns[:episodes], lengths[:episodes], winners[:episodes]
+    mean = sum(returns) / len(returns)
+    out = {
+        "return_mean": mean,
+        "return_std": math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)),
+        "length_mean": sum(lengths) / len(lengths),
+    }
+    if winners:
+        out["win_rate"] = sum(w > 0 for w in winners) / len(winners)
+        out["loss_rate"] = sum(w < 0 for w in winners) / len(winners)
+        out["draw_rate"] = sum(w == 0 for w in winners) / len(winners)
+    return out
+
+
+def evaluate_variants(
+    module: L.LightningModule,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, float]:
+    """Evaluates on the env and, per variant, on the env with its ``kwargs`` overridden.
+
+    Without variants the keys are those of :func:`evaluate_policy`. With variants (for example hockey's
+    ``{weak: {opponent: weak}, strong: {opponent: strong}}``) each variant's keys are prefixed
+    ``<variant>/`` and the unprefixed keys are the means over the variants.
+    """
+    if not variants:
+        return evaluate_policy(module, env_cfg, episodes, seed)
+    out: dict[str, float] = {}
+    per_variant = []
+    for name, overrides in variants.items():
+        cfg = dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, **overrides})
+        stats = evaluate_policy(module, cfg, episodes, seed)
+        per_variant.append(stats)
+        out.update({f"{name}/{k}": v for k, v in stats.items()})
+    for key in per_variant[0]:
+        out[key] = sum(s[key] for s in per_variant) / len(per_variant)
+    return out
+
+
+class EvalCallback(L.Callback):
+    """Evaluates every ``every_frames`` environment frames and at the end of training.
+
+    Logs ``eval/return_mean``, ``eval/return_std``, ``eval/length_mean`` (and ``eval/win_rate``,
+    ``eval/loss_rate``, ``eval/draw_rate`` where the env reports a winner; ``eval/<variant>/...`` per
+    variant) against frames. ``ModelCheckpoint`` can monitor ``eval/return_mean``.
+
+    Args:
+        env: the env config (the eval envs are separate from the training envs).
+        every_frames: evaluation interval in frames (0 disables periodic evaluation).
+        episodes: episodes per evaluation.
+        seed: the eval envs' seed (the same every time, so evaluations are comparable).
+        variants: env kwargs overrides to evaluate separately (see :func:`evaluate_variants`).
+    """
+
+    def __init__(
+        self,
+        env: EnvConfig,
+        every_frames: int,
+        episodes: int = 10,
+        seed: int = 10_000,
+        variants: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        if every_frames < 0 or episodes < 1:
+            raise ValueError("eval.every_frames must be >= 0 and eval.episodes >= 1.")
+        self.env = env
+        self.every_frames = every_frames
+        self.episodes = episodes
+        self.seed = seed
+        self.variants = dict(variants or {})
+        self._done_frames = 0
+        self.last: dict[str, float] = {}
+
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        frames = trainer.datamodule.frames
+        stats = evaluate_variants(pl_module, self.env, self.episodes, self.seed, self.variants)
+        self.last = log_metrics(trainer, {f"eval/{k}": v for k, v in stats.items()}, frames)
+        self._done_frames = frames
+        rank_zero_info(
+            f"[eval @ {frames} frames] return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
+        )
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self.every_frames and trainer.datamodule.frames - self._done_frames >= self.every_frames:
+            self._run(trainer, pl_module)
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.datamodule.frames != self._done_frames:
+            self._run(trainer, pl_module)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"done_frames": self._done_frames, "last": self.last}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._done_frames = state_dict["done_frames"]
+        self.last = state_dict["last"]
