@@ -6,6 +6,7 @@ commands work from any working directory and every error is reported as one line
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -121,11 +122,29 @@ def _help_text() -> str:
     return USAGE.format(extra=extra, experiments=exps)
 
 
+class _DropAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def _quiet_libraries() -> None:
+    """Keeps the console to what matters for a run (process-wide settings belong to the CLI)."""
+    # Both libraries read these when first imported, so they are set before any import of them.
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("RL_WARNINGS", "False")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    for name in ("torchrl", "mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    os.environ.setdefault("HYDRA_FULL_ERROR", "0")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    _quiet_libraries()
     try:
         command, overrides, print_cfg = _parse(argv)
         if command == "help":

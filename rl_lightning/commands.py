@@ -133,7 +133,8 @@ def _callbacks(cfg: DictConfig, env_cfg: EnvConfig, run_dir: Path) -> list[L.Cal
         FrameCheckpoint(
             every_frames=cfg.checkpoint.every_frames,
             dirpath=str(run_dir / "checkpoints"),
-            filename="best-{step}",
+            filename="best",
+            enable_version_counter=False,
             monitor=cfg.checkpoint.monitor,
             mode=cfg.checkpoint.mode,
             save_top_k=1,
@@ -180,7 +181,7 @@ def build_run(cfg: DictConfig) -> Run:
     trainer = L.Trainer(
         accelerator=device.type,
         devices=1,
-        max_epochs=1,
+        max_epochs=-1,
         num_sanity_val_steps=0,
         logger=logger if logger is not None else False,
         callbacks=_callbacks(cfg, env_cfg, run_dir),
@@ -263,7 +264,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     print(f"{cfg.episodes} episodes: return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}")
     print(json.dumps({k: round(v, 4) for k, v in stats.items()}))
     if cfg.logger:
-        logger = _make_logger(OmegaConf.merge(cfg, {"name": f"{saved.name}-evaluate"}), Path("/nonexistent"))
+        eval_cfg = OmegaConf.merge(cfg, {"logger": {"run_name": f"{saved.name}-evaluate"}})
+        logger = _make_logger(eval_cfg, Path(cfg.run_dir))
         logger.log_hyperparams(
             {"ckpt": str(Path(cfg.ckpt).resolve()), "episodes": cfg.episodes, "run": saved.name}
         )

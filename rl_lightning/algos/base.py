@@ -55,6 +55,7 @@ class RLModule(L.LightningModule):
         # Frames seen so far, on the module's device, so schedules need no host sync.
         self.register_buffer("frames", torch.zeros((), dtype=torch.float32))
         self._updates_since_log = 0
+        self._standalone_optimizers: list[torch.optim.Optimizer] | None = None
 
     # ------------------------------------------------------------------ protocol
     def update(self, batch: TensorDictBase) -> TensorDictBase:
@@ -76,6 +77,27 @@ class RLModule(L.LightningModule):
         """Called by the data module after each collection (an in-place fill: no sync, graph-safe)."""
         self.frames.fill_(float(frames))
 
+    def optimizer(self, index: int = 0) -> torch.optim.Optimizer:
+        """The ``index``-th optimizer: Lightning's wrapper under a Trainer, else the module's own.
+
+        Outside a Trainer (unit tests, hand-written loops, benchmarks) the optimizers come from
+        ``configure_optimizers`` once and are kept on the module.
+        """
+        if self._trainer is not None:
+            opts = self.optimizers()
+            return opts[index] if isinstance(opts, list) else opts
+        if self._standalone_optimizers is None:
+            opts = self.configure_optimizers()
+            self._standalone_optimizers = list(opts) if isinstance(opts, list | tuple) else [opts]
+        return self._standalone_optimizers[index]
+
+    def backward_loss(self, loss: torch.Tensor) -> None:
+        """``manual_backward`` under a Trainer (precision plugins, grad scaling), plain backward otherwise."""
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:
+            loss.backward()
+
     def make_optimizer(self, params: Iterable[Any], lr: float, **kwargs: Any) -> torch.optim.Optimizer:
         """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in."""
         kwargs = {**kwargs, **self.optimizer_kwargs}
@@ -90,8 +112,9 @@ class RLModule(L.LightningModule):
     # ------------------------------------------------------------------ Lightning hooks
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
         metrics = self.update(batch)
-        if "td_error" in batch.keys():
-            self.trainer.datamodule.replay.update_tensordict_priority(batch)
+        if "td_error" in batch.keys() and "priority_weight" in batch.keys():
+            # Prioritized replay: the loss wrote |TD error| into the batch; feed it back as priorities.
+            self.trainer.datamodule.replay.update_priority(batch.get("index"), batch.get("td_error"))
         self._updates_since_log += 1
         if self._updates_since_log >= self.log_every_n_updates:
             self._updates_since_log = 0

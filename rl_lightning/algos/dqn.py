@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP, QValueActor
-from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
+from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, RLModule
 
@@ -134,12 +134,11 @@ class DQN(RLModule):
             action_space=single_spec,
         )
         self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
-        if target_update == "soft":
-            self.target_updater = SoftUpdate(self.loss_module, tau=tau)
-        else:
-            self.target_updater = HardUpdate(
-                self.loss_module, value_network_update_interval=hard_update_every
-            )
+        # Soft updates reuse TorchRL's SoftUpdate (a lerp_ per parameter). Hard updates are a lerp_ with a
+        # weight of 1 every k-th update and 0 otherwise: TorchRL's HardUpdate copies every k+1 updates,
+        # keeps its counter outside the state dict and branches in Python, which a CUDA graph cannot hold.
+        self.target_updater = SoftUpdate(self.loss_module, tau=tau) if target_update == "soft" else None
+        self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.register_buffer("eps_bounds", torch.tensor([eps_start, eps_end]))
 
     # ------------------------------------------------------------------ exploration
@@ -173,11 +172,11 @@ class DQN(RLModule):
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """One Q-learning step on ``batch`` (``[B]`` transitions); writes ``td_error`` for PER."""
-        opt = self.optimizers()
+        opt = self.optimizer()
         losses = self.loss_module(batch)
         loss = losses.get("loss")
         opt.zero_grad(set_to_none=False)
-        self.manual_backward(loss)
+        self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
             grad_norm = nn.utils.clip_grad_norm_(
                 self.loss_module.value_network_params.values(True, True), self.hparams.grad_clip
@@ -185,8 +184,19 @@ class DQN(RLModule):
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()
-        self.target_updater.step()
+        self.num_updates.add_(1)
+        self._update_target()
         return TensorDict({"loss": loss.detach(), "grad_norm": grad_norm.detach()}, batch_size=[])
+
+    def _update_target(self) -> None:
+        if self.target_updater is not None:
+            self.target_updater.step()
+            return
+        copy = (self.num_updates % self.hparams.hard_update_every == 0).float()
+        sources = self.loss_module.value_network_params.values(True, True)
+        targets = self.loss_module.target_value_network_params.values(True, True)
+        for tgt, src in zip(targets, sources):
+            tgt.data.lerp_(src.data, copy)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.make_optimizer(self.loss_module.value_network_params.values(True, True), self.hparams.lr)

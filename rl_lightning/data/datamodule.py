@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector
-from torchrl.envs.transforms import MultiStepTransform
 
+from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import ReplayConfig, make_replay_buffer, resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
 
@@ -46,6 +46,16 @@ class CollectConfig:
             raise ValueError("collect.updates_per_frame must be > 0 (for example 0.25 or 1).")
         if self.warmup_frames < 0:
             raise ValueError("collect.warmup_frames must be >= 0.")
+
+
+def _numpy_state_to_plain(state: tuple) -> tuple:
+    name, keys, pos, has_gauss, cached = state
+    return (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
+
+
+def _numpy_state_from_plain(state: tuple) -> tuple:
+    name, keys, pos, has_gauss, cached = state
+    return (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached)
 
 
 class _Policy:
@@ -77,6 +87,9 @@ class ExperienceStream:
                     dm.updates += 1
                     yield dm.replay.sample()
                 if dm.frames >= cfg.total_frames:
+                    # The budget is in frames: end this epoch and the fit (max_epochs is unbounded so
+                    # that a finished run resumed with a larger total_frames continues).
+                    dm.trainer.should_stop = True
                     break
                 batch = next(it)
                 dm.add_frames(batch)
@@ -118,7 +131,7 @@ class RLDataModule(L.LightningDataModule):
         self._burst_done = False
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.replay = None
-        self.nstep = MultiStepTransform(replay.n_step, gamma) if replay.n_step > 1 else None
+        self.nstep = NStepReturns(replay.n_step, gamma) if replay.n_step > 1 else None
         self._pending_episodes: list[tuple[float, int]] = []
         self.resume_replay_from: str | None = None
 
@@ -141,7 +154,8 @@ class RLDataModule(L.LightningDataModule):
             "recent_returns": list(self.recent_returns),
             "rng": {
                 "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
+                # Plain Python values: checkpoints load with torch.load(weights_only=True).
+                "numpy": _numpy_state_to_plain(np.random.get_state()),
                 "python": random.getstate(),
             },
         }
@@ -155,7 +169,7 @@ class RLDataModule(L.LightningDataModule):
         self._burst_done = bool(state["burst_done"])
         self.recent_returns.extend(state["recent_returns"])
         torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
+        np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
         random.setstate(state["rng"]["python"])
         if self.resume_replay_from is not None:
             self.load_replay(self.resume_replay_from)
@@ -192,6 +206,8 @@ class RLDataModule(L.LightningDataModule):
     def make_collector(self) -> Collector:
         """A TorchRL ``Collector`` over fresh training envs, acting with ``module.act``."""
         module = self.trainer.lightning_module
+        if self.nstep is not None:
+            self.nstep.reset()
         # A resumed run continues the seed sequence instead of replaying its first episodes.
         env = make_env(self.env_cfg, seed=self.seed + self.frames)
         storing = resolve_device(self.replay_cfg.device)
@@ -200,13 +216,19 @@ class RLDataModule(L.LightningDataModule):
             _Policy(module),
             frames_per_batch=self.collect.frames_per_batch,
             total_frames=-1,
-            init_random_frames=max(0, self.collect.warmup_frames - self.frames) or None,
+            init_random_frames=self._random_frames_left(),
             policy_device=module.device,
             env_device="cpu",
             storing_device=storing,
             trust_policy=True,
             track_traj_ids=self.replay_cfg.slice_len is not None,
         )
+
+    def _random_frames_left(self) -> int | None:
+        # The collector rounds random frames up to whole collections; round here so it has no reason to warn.
+        left = max(0, self.collect.warmup_frames - self.frames)
+        fpb = self.collect.frames_per_batch
+        return -(-left // fpb) * fpb or None
 
     def add_frames(self, batch: TensorDictBase) -> None:
         """Counts a collected batch ``[num_envs, T]``, records finished episodes and extends the buffer."""
@@ -218,7 +240,7 @@ class RLDataModule(L.LightningDataModule):
             self._pending_episodes.extend(zip(returns, lengths))
             self.episodes += len(returns)
         if self.nstep is not None:
-            batch = self.nstep.inv(batch)
+            batch = self.nstep(batch)
         self.replay.extend(batch.reshape(-1))
         self.frames += done.numel()
         module = self.trainer.lightning_module

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, SliceSampler
+from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
+
+from rl_lightning.data.per import TensorPrioritizedSampler
 
 __all__ = ["ReplayConfig", "make_replay_buffer", "resolve_device"]
 
@@ -49,14 +51,14 @@ class ReplayConfig:
 def make_replay_buffer(cfg: ReplayConfig) -> TensorDictReplayBuffer:
     """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` on ``cfg.device``.
 
-    Prioritized replay uses TorchRL's ``PrioritizedSampler`` (priorities read from ``td_error``);
+    Prioritized replay uses :class:`TensorPrioritizedSampler` (priorities read from ``td_error``);
     ``slice_len`` samples sub-trajectories of that many steps with ``SliceSampler`` (batch ``batch_size``
     counts steps, so it must be a multiple of ``slice_len``).
     """
     device = resolve_device(cfg.device)
     storage = LazyTensorStorage(cfg.capacity, device=device)
     if cfg.prioritized:
-        sampler = PrioritizedSampler(cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device)
+        sampler = TensorPrioritizedSampler(cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device)
     elif cfg.slice_len is not None:
         if cfg.batch_size % cfg.slice_len:
             raise ValueError(

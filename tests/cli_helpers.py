@@ -1,0 +1,61 @@
+"""Running the real CLI in a subprocess and reading the MLflow store it writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+
+#: Overrides that make any experiment a smoke run of a few hundred frames.
+SMOKE = ("progress_bar=false", "eval.episodes=2", "eval.every_frames=0")
+
+
+def run_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m rl_lightning ARGS`` in ``cwd``; returns the finished process (text output)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "rl_lightning", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def interrupt_cli(
+    cwd: Path, *args: str, after_path: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Starts the CLI, sends SIGINT (Ctrl-C) once ``after_path`` exists, and waits for it to exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_lightning", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout
+    while not after_path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def mlflow_runs(cwd: Path) -> list:
+    """Every run in the SQLite store that the CLI writes by default in ``cwd``."""
+    client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rl_lightning")
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def mlflow_client(cwd: Path) -> mlflow.MlflowClient:
+    return mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")

@@ -1,0 +1,99 @@
+"""Replay buffer: capacity wrap-around, PER priority updates, n-step returns."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.data.nstep import NStepReturns
+from rl_lightning.data.replay import ReplayConfig, make_replay_buffer
+
+
+def items(start: int, n: int) -> TensorDict:
+    i = torch.arange(start, start + n)
+    return TensorDict({"i": i, "observation": i.float().unsqueeze(-1)}, batch_size=[n])
+
+
+def test_capacity_wraps_around_overwriting_the_oldest():
+    rb = make_replay_buffer(ReplayConfig(capacity=10, batch_size=4, device="cpu"))
+    rb.extend(items(0, 7))
+    rb.extend(items(7, 8))  # 15 written into 10 slots
+    assert len(rb) == 10
+    stored = rb.storage.get(torch.arange(10))["i"]
+    assert sorted(stored.tolist()) == list(range(5, 15))
+    assert stored[4].item() == 14  # the write cursor wrapped: item 10 went to slot 0, 14 to slot 4
+
+
+def test_prioritized_sampler_reads_td_error_written_after_an_update():
+    rb = make_replay_buffer(
+        ReplayConfig(capacity=64, batch_size=16, device="cpu", prioritized=True, alpha=1.0)
+    )
+    rb.extend(items(0, 64))
+    sample = rb.sample()
+    assert "priority_weight" in sample.keys() and "index" in sample.keys()
+    # One transition gets a huge TD error, the others a tiny one.
+    hot = sample["index"][0].item()
+    rb.update_priority(sample["index"], torch.where(sample["index"] == hot, 1000.0, 1e-3))
+    counts = torch.zeros(64)
+    for _ in range(20):
+        counts += torch.bincount(rb.sample()["index"], minlength=64)
+    assert counts[hot] > 0.5 * counts.sum()
+
+
+def trajectory(rewards: list[float], end: int | None) -> TensorDict:
+    t = len(rewards)
+    done = torch.zeros(1, t, 1, dtype=torch.bool)
+    if end is not None:
+        done[0, end] = True
+    return TensorDict(
+        {
+            "observation": torch.arange(t).float().view(1, t, 1),
+            "next": {
+                "observation": torch.arange(1, t + 1).float().view(1, t, 1),
+                "reward": torch.tensor(rewards).view(1, t, 1),
+                "done": done,
+                "terminated": done.clone(),
+                "truncated": torch.zeros_like(done),
+            },
+        },
+        batch_size=[1, t],
+    )
+
+
+def test_n_step_returns_stop_at_a_terminal_inside_the_window():
+    g = 0.9
+    ns = NStepReturns(3, g)
+    out = ns(trajectory([1, 2, 3, 4, 5, 6, 7, 8], end=4))
+    r = out["next", "reward"].squeeze()
+    assert out.shape == (1, 6)  # the last n-1 steps wait for the next batch
+    expected = [
+        1 + g * 2 + g * g * 3,
+        2 + g * 3 + g * g * 4,
+        3 + g * 4 + g * g * 5,
+        4 + g * 5,
+        5,
+        6 + g * 7 + g * g * 8,
+    ]
+    assert torch.allclose(r, torch.tensor(expected))
+    assert out["steps_to_next_obs"].squeeze().tolist() == [3, 3, 3, 2, 1, 3]
+    # Windows that reach the terminal step are terminal: no bootstrap from the terminal observation.
+    assert out["next", "terminated"].squeeze().tolist() == [False, False, True, True, True, False]
+    assert out["next", "observation"].squeeze().tolist() == [3, 4, 5, 5, 5, 8]
+
+
+def test_n_step_windows_continue_across_batches():
+    g = 0.5
+    ns = NStepReturns(3, g)
+    first = ns(trajectory([1, 1, 1, 1], end=None))
+    second = ns(trajectory([2, 2, 2, 2], end=None))
+    assert first.shape[1] == 2 and second.shape[1] == 4
+    # Step 2 of the first batch is completed with two rewards of the second.
+    assert torch.isclose(second["next", "reward"][0, 0, 0], torch.tensor(1 + g * 1 + g * g * 2))
+    assert second["steps_to_next_obs"][0, 0, 0] == 3
+
+
+def test_n_step_one_is_identity():
+    td = trajectory([1, 2, 3], end=1)
+    out = NStepReturns(1, 0.9)(td)
+    assert torch.equal(out["next", "reward"], td["next", "reward"])
+    assert out["steps_to_next_obs"].eq(1).all()
