@@ -59,6 +59,14 @@ class FrameCheckpoint(ModelCheckpoint):
         self._save_now(trainer)
 
     @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # Only 'last' (with its buffer): the state at a crash or Ctrl-C is not a candidate for 'best'.
+        if self.save_on_exception and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    @override
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         if Path(filepath).stem.startswith(self.CHECKPOINT_NAME_LAST) and trainer.is_global_zero:
             # Buffer first: a 'last' checkpoint on disk always has its buffer beside it.

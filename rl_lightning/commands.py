@@ -222,10 +222,16 @@ def fit(cfg: DictConfig) -> Run:
         _record_config(run)
     else:
         print(f"resuming from {run.ckpt_path}")
-    run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path)
-    if run.trainer.interrupted:
-        print(f"interrupted: checkpoint saved in {run.run_dir / 'checkpoints'}; resume with ckpt_path=last")
-        raise KeyboardInterrupt
+    try:
+        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path)
+    except SystemExit:
+        # Lightning turns Ctrl-C into sys.exit(1) after the callbacks' on_exception (our checkpoint).
+        if run.trainer.interrupted:
+            print(
+                f"interrupted: checkpoint saved in {run.run_dir / 'checkpoints'}; resume with ckpt_path=last"
+            )
+            raise KeyboardInterrupt from None
+        raise
     ev = run.trainer.callback_metrics.get("eval/return_mean")
     summary = {
         "frames": run.datamodule.frames,

@@ -29,9 +29,9 @@ def run_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Completed
 
 
 def interrupt_cli(
-    cwd: Path, *args: str, after_path: Path, timeout: float = 300
+    cwd: Path, *args: str, after_path: Path, after_glob: str = "*", timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """Starts the CLI, sends SIGINT (Ctrl-C) once ``after_path`` exists, and waits for it to exit."""
+    """Starts the CLI, sends SIGINT (Ctrl-C) once ``after_path`` has a match for ``after_glob``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "rl_lightning", *args],
         cwd=cwd,
@@ -40,7 +40,7 @@ def interrupt_cli(
         text=True,
     )
     deadline = time.monotonic() + timeout
-    while not after_path.exists():
+    while not (after_path.exists() and any(after_path.glob(after_glob))):
         if proc.poll() is not None or time.monotonic() > deadline:
             break
         time.sleep(0.2)

@@ -138,7 +138,7 @@ class RLDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, stage: str) -> None:
         if self.replay is None:
-            self.replay = make_replay_buffer(self.replay_cfg)
+            self.replay = make_replay_buffer(self.replay_cfg, interleaved=self.env_cfg.num_envs > 1)
 
     def train_dataloader(self) -> ExperienceStream:
         return ExperienceStream(self)
@@ -180,6 +180,7 @@ class RLDataModule(L.LightningDataModule):
         if self.replay is None:
             return
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.replay.dumps(tmp)
@@ -199,7 +200,7 @@ class RLDataModule(L.LightningDataModule):
                 "which is saved with its buffer."
             )
         if self.replay is None:
-            self.replay = make_replay_buffer(self.replay_cfg)
+            self.replay = make_replay_buffer(self.replay_cfg, interleaved=self.env_cfg.num_envs > 1)
         self.replay.loads(path)
 
     # ------------------------------------------------------------------ the stream's work

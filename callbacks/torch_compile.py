@@ -1,0 +1,149 @@
+"""``torch.compile`` for the module's hot paths."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from callbacks._logging import log_metrics, notice_once
+from callbacks._protocol import check_paths_argument, resolve_hot_paths, restore_hot_paths, wrap_hot_path
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Modes in which inductor records CUDA graphs itself (cudagraph trees): the first calls warm up and record.
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+class TorchCompile(Callback):
+    """Compile the module's hot paths (``update``, ``act``) with ``torch.compile`` for the fit.
+
+    In ``on_fit_start`` (the module is on its device) every selected hot path is replaced by
+    ``torch.compile(current, mode=..., fullgraph=..., dynamic=...)``, where ``current`` is whatever is there
+    (the method, or a wrapper from a callback listed earlier); ``on_fit_end``/``teardown``/``on_exception``
+    put the methods back. Compilation is lazy: it happens on each path's first call.
+
+    Ordering: list ``MixedPrecision`` (if any) before ``TorchCompile`` and ``CudaGraphs`` after it, so the
+    autocast region is traced into the compiled graph and the CUDA graph captures the compiled code.
+    ``mode="reduce-overhead"``/``"max-autotune"`` record CUDA graphs inside inductor and cannot be combined
+    with ``CudaGraphs`` (which refuses); use ``"default"`` or ``"max-autotune-no-cudagraphs"`` with it.
+
+    ``update`` calls ``manual_backward`` and optimizer steps through Lightning, which break the graph: keep
+    ``fullgraph=False`` for it. With ``dynamic=False`` each new input shape (e.g. a different number of eval
+    environments in ``act``) compiles once more.
+
+    Metrics:
+        ``time/compile_s``: wall time of the first call of each path (compilation plus one run; in the
+        graph modes the first three calls, which also record graphs), summed over paths; logged after each
+        training batch during which a path was still warming up. ``ThroughputMonitor`` leaves its first
+        window out, so throughput figures exclude compilation. Measured on the host without a device sync:
+        compile time dominates it.
+
+    Args:
+        mode: a ``torch.compile`` mode: ``"default"``, ``"reduce-overhead"``, ``"max-autotune"`` or
+            ``"max-autotune-no-cudagraphs"``.
+        fullgraph: fail on graph breaks instead of splitting the graph.
+        dynamic: ``False`` specializes on shapes, ``True`` compiles shape-generic code, ``None`` lets
+            dynamo decide after a recompilation.
+        paths: hot paths to compile; ``None`` compiles all of the module's ``hot_paths``.
+
+    Example:
+        >>> trainer = pl.Trainer(callbacks=[TorchCompile(mode="default"), CudaGraphs(warmup=3)])
+    """
+
+    def __init__(
+        self,
+        mode: str = "default",
+        fullgraph: bool = False,
+        dynamic: bool | None = False,
+        paths: Sequence[str] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"TorchCompile: mode={mode!r} is not a torch.compile mode; use one of {MODES}.")
+        if not isinstance(fullgraph, bool):
+            raise ValueError(f"TorchCompile: fullgraph={fullgraph!r} must be True or False.")
+        if dynamic is not None and not isinstance(dynamic, bool):
+            raise ValueError(f"TorchCompile: dynamic={dynamic!r} must be True, False or None.")
+        self.mode = mode
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.paths = check_paths_argument(paths, "TorchCompile")
+        self.compile_s = 0.0
+        self._selected: tuple[str, ...] = ()
+        self._pending_log = False
+
+    @property
+    def warmup_calls(self) -> int:
+        """Calls per path counted as compilation/warm-up in ``time/compile_s``."""
+        return 3 if self.mode in GRAPH_MODES else 1
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self._selected = resolve_hot_paths(pl_module, self.paths, "TorchCompile")
+        if self.mode in GRAPH_MODES and trainer.strategy.root_device.type != "cuda":
+            notice_once(
+                self,
+                f"TorchCompile: mode={self.mode!r} records CUDA graphs only on CUDA; "
+                "on CPU inductor skips them.",
+            )
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for name in self._selected:
+            wrap_hot_path(pl_module, name, self._compile, owner=self)
+
+    def _compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        compiled = torch.compile(fn, mode=self.mode, fullgraph=self.fullgraph, dynamic=self.dynamic)
+        calls = 0
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            if calls >= self.warmup_calls:
+                return compiled(*args, **kwargs)
+            start = time.perf_counter()
+            out = compiled(*args, **kwargs)
+            self.compile_s += time.perf_counter() - start
+            calls += 1
+            self._pending_log = True
+            return out
+
+        run.compiled = compiled  # type: ignore[attr-defined]
+        return run
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._pending_log:
+            self._pending_log = False
+            log_metrics(trainer, {"time/compile_s": self.compile_s}, pl_module)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        restore_hot_paths(pl_module, self)
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        restore_hot_paths(pl_module, self)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        restore_hot_paths(pl_module, self)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"compile_s": self.compile_s}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.compile_s = float(state_dict.get("compile_s", 0.0))

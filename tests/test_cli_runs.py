@@ -1,0 +1,140 @@
+"""End-to-end runs through the real CLI: smoke fits, MLflow records, resume, Ctrl-C, evaluate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+from rl_lightning.cli import experiments
+
+pytestmark = pytest.mark.slow
+
+#: Per-experiment overrides that keep a smoke run to a few seconds of compute on a CPU.
+SMOKE_EXTRA: dict[str, list[str]] = {
+    "tdmpc2_hockey": ["algo.model_size=1M", "algo.num_samples=64", "algo.iterations=2", "replay.device=cpu"],
+}
+
+
+def summary(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(experiments()))
+def test_smoke_fit_records_an_mlflow_run(name: str, tmp_path: Path):
+    frames = 300
+    proc = run_cli(
+        tmp_path,
+        "fit",
+        f"+experiment={name}",
+        f"total_frames={frames}",
+        "collect.warmup_frames=100",
+        "device=cpu",
+        *SMOKE,
+        *SMOKE_EXTRA.get(name, []),
+    )
+    out = summary(proc)
+    assert out["frames"] >= frames and out["updates"] > 0
+    assert "eval/return_mean" in out
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.run_name == name and run.info.status == "FINISHED"
+    assert run.data.params["name"] == name and "algo._target_" in run.data.params
+    artifacts = [a.path for a in mlflow_client(tmp_path).list_artifacts(run.info.run_id)]
+    assert "config.yaml" in artifacts
+    metrics = set(run.data.metrics)
+    assert {"eval/return_mean", "eval/return_std", "train/episode_return", "train/episode_length"} <= metrics
+    history = mlflow_client(tmp_path).get_metric_history(run.info.run_id, "eval/return_mean")
+    assert history[-1].step == out["frames"]  # metrics are logged against environment frames
+
+
+def read_replay(path: Path) -> TensorDictReplayBuffer:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000))
+    rb.loads(path)
+    return rb
+
+
+DQN_SHORT = (
+    "+experiment=dqn_cartpole",
+    "device=cpu",
+    "collect.frames_per_batch=64",
+    "collect.warmup_frames=128",
+    "checkpoint.every_frames=256",
+    *SMOKE,
+)
+
+
+def test_resume_continues_frames_replay_and_run(tmp_path: Path):
+    first = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=512"))
+    run_dir = tmp_path / first["run_dir"]
+    last = run_dir / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    dm_state = next(v for k, v in saved.items() if k.endswith("RLDataModule"))
+    assert dm_state["frames"] == 512
+    before = read_replay(Path(str(last) + ".replay"))
+    assert len(before) == 512
+    first_obs = before.storage.get(torch.arange(512))["observation"].clone()
+
+    second = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=1024", "ckpt_path=last"))
+    assert second["run_dir"] == first["run_dir"] and second["frames"] == 1024
+    after = read_replay(Path(str(last) + ".replay"))
+    assert len(after) == 1024
+    assert torch.equal(after.storage.get(torch.arange(512))["observation"], first_obs)
+    # Optimizer and target network came back: the resumed run continued the same update count.
+    assert second["updates"] > first["updates"]
+    (run,) = mlflow_runs(tmp_path)  # the same MLflow run, continued
+    steps = [m.step for m in mlflow_client(tmp_path).get_metric_history(run.info.run_id, "eval/return_mean")]
+    assert steps[0] == 512 and steps[-1] == 1024
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path):
+    proc = interrupt_cli(
+        tmp_path,
+        "fit",
+        *DQN_SHORT,
+        "total_frames=200000",
+        "logger=none",
+        after_path=tmp_path / "runs" / "dqn_cartpole",
+        after_glob="*/checkpoints/last.ckpt",
+    )
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "interrupted: checkpoint saved" in proc.stdout
+    (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
+    dm_state = next(v for k, v in torch.load(last, weights_only=True).items() if k.endswith("RLDataModule"))
+    assert dm_state["frames"] >= 256 and Path(str(last) + ".replay").is_dir()
+    assert not (last.parent / "best.ckpt").exists() or dm_state["frames"] > 256
+    out = summary(
+        run_cli(
+            tmp_path,
+            "fit",
+            *DQN_SHORT,
+            "logger=none",
+            f"total_frames={dm_state['frames'] + 128}",
+            "ckpt_path=last",
+        )
+    )
+    assert out["frames"] >= dm_state["frames"] + 128
+
+
+def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
+    first = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=256"))
+    ckpt = tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt"
+    proc = run_cli(
+        Path("/"),
+        "evaluate",
+        f"ckpt={ckpt}",
+        "episodes=3",
+        f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "3 episodes: return" in proc.stdout
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert stats["return_std"] >= 0 and stats["return_mean"] == pytest.approx(
+        stats["length_mean"]
+    )  # CartPole
+    names = {r.info.run_name for r in mlflow_runs(tmp_path)}
+    assert "dqn_cartpole-evaluate" in names

@@ -1,0 +1,80 @@
+"""Every experiment composes and instantiates; the CLI's one-line errors and help."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_lightning.cli import compose, experiments, main
+from rl_lightning.commands import build_run
+
+EXPERIMENTS = sorted(experiments())
+
+
+def test_there_are_experiments():
+    assert "dqn_cartpole" in EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_composes_and_instantiates(name: str, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose([f"+experiment={name}", "logger=none", "device=cpu", f"run_dir={tmp_path / 'run'}"])
+    assert cfg.name == name
+    run = build_run(cfg)
+    assert run.datamodule.collect.total_frames == cfg.total_frames
+    assert sum(p.numel() for p in run.module.parameters()) > 0
+    assert {"update", "act"} <= set(run.module.hot_paths)
+    # Hydra never hands a DictConfig to a module (it breaks torch.compile).
+    assert not any(type(v).__module__.startswith("omegaconf") for v in vars(run.module).values())
+
+
+def test_group_and_short_overrides_reach_the_objects(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(
+        [
+            "+experiment=dqn_cartpole",
+            "logger=none",
+            "total_frames=1234",
+            "seed=7",
+            "env.num_envs=3",
+            "algo.double_dqn=true",
+            "replay.device=cpu",
+            f"run_dir={tmp_path / 'run'}",
+        ]
+    )
+    run = build_run(cfg)
+    assert run.datamodule.collect.total_frames == 1234 and run.datamodule.seed == 7
+    assert run.datamodule.env_cfg.num_envs == 3
+    assert run.module.loss_module.double_dqn
+    assert str(run.datamodule.replay_cfg.device) == "cpu"
+
+
+def test_cfg_job_prints_the_config(capsys):
+    assert main(["fit", "+experiment=dqn_cartpole", "--cfg", "job"]) == 0
+    out = capsys.readouterr().out
+    assert "name: dqn_cartpole" in out and "_target_: rl_lightning.algos.dqn.DQN" in out
+
+
+def test_help_lists_commands_and_experiments(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "fit" in out and "evaluate" in out and "dqn_cartpole" in out and "mlflow ui" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fit", "+experiment=nope"], "unknown experiment 'nope'"),
+        (["fit", "+experiment=dqn_cartpole", "learning_rate=3"], "unknown config key 'learning_rate'"),
+        (["fit", "+experiment=dqn_cartpole", "env.id=NoSuchEnv-v9"], "Unknown gymnasium id 'NoSuchEnv-v9'"),
+        (["fit", "+experiment=dqn_cartpole", "env.id=Pendulum-v1"], "DQN needs a discrete action space"),
+        (["evaluate", "ckpt=/no/such.ckpt"], "checkpoint not found"),
+        (["fit", "+experiment=dqn_cartpole", "ckpt_path=/no/such.ckpt"], "checkpoint not found"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        (["fit", "+experiment=dqn_cartpole", "algo.loss=huber"], "loss must be 'l2' or 'smooth_l1'"),
+    ],
+)
+def test_bad_input_gives_one_clear_line_and_exit_code_2(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "logger=none"] if args[0] != "frobnicate" else args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
