@@ -33,9 +33,30 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
 )
 
-#: Further commands registered by other modules (name -> callable(cfg)), and their help lines.
+#: Further commands (name -> callable(cfg)), and their help lines. Their modules import this one, so the
+#: entries import them on call.
 EXTRA_COMMANDS: dict[str, Callable[[DictConfig], Any]] = {}
 EXTRA_HELP: dict[str, str] = {}
+
+
+def _bench(cfg: DictConfig) -> Any:
+    from rl_lightning.bench import bench
+
+    return bench(cfg)
+
+
+def _doctor(cfg: DictConfig) -> Any:
+    from rl_lightning.doctor import doctor
+
+    return doctor(cfg)
+
+
+EXTRA_COMMANDS.update(bench=_bench, doctor=_doctor)
+EXTRA_HELP.update(
+    bench="speed of each callback against none: python -m rl_lightning bench +experiment=dqn_cartpole\n"
+    "             [bench.frames=N] [bench.variants=[compile,fast]] [bench.out=PATH]",
+    doctor="what this machine offers (CUDA, TF32, torch.compile, threads, versions) and advice",
+)
 
 CONFIG_KEY = "rl_lightning"
 
@@ -164,8 +185,18 @@ class _ConfigInCheckpoint(L.Callback):
         checkpoint[CONFIG_KEY] = {"config": self.config}
 
 
+def apply_process_settings(cfg: DictConfig) -> None:
+    """Process-wide settings of a command (the CLI owns them; library code never changes them)."""
+    threads = cfg.get("torch_threads")
+    if threads is not None:
+        if int(threads) < 1:
+            raise ValueError("torch_threads must be >= 1 or null (torch's default).")
+        torch.set_num_threads(int(threads))
+
+
 def build_run(cfg: DictConfig) -> Run:
     """Builds module, data module, trainer and logger from the composed config."""
+    apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt = _resolve_resume(cfg)
     env_cfg = env_config(cfg)
@@ -259,6 +290,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Reloads ``cfg.ckpt`` and evaluates its deterministic policy for ``cfg.episodes`` episodes."""
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
+    apply_process_settings(cfg)
     ckpt = load_checkpoint(cfg.ckpt)
     saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
     env_cfg = env_config(saved)

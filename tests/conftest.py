@@ -3,6 +3,9 @@
 import pytest
 import torch
 
+# Small tensors: one thread is fastest, and it keeps parallel test processes from oversubscribing the cores.
+torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

@@ -140,6 +140,7 @@ class DQN(RLModule):
         self.target_updater = SoftUpdate(self.loss_module, tau=tau) if target_update == "soft" else None
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.register_buffer("eps_bounds", torch.tensor([eps_start, eps_end]))
+        self._params_cache: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ exploration
     def epsilon(self) -> torch.Tensor:
@@ -178,9 +179,7 @@ class DQN(RLModule):
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(
-                self.loss_module.value_network_params.values(True, True), self.hparams.grad_clip
-            )
+            grad_norm = nn.utils.clip_grad_norm_(self._param_lists()[0], self.hparams.grad_clip)
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()
@@ -188,13 +187,26 @@ class DQN(RLModule):
         self._update_target()
         return TensorDict({"loss": loss.detach(), "grad_norm": grad_norm.detach()}, batch_size=[])
 
+    def _param_lists(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        # Walking the TensorDictParams costs more than the update of a small net on a CPU: cache the
+        # leaves, and drop the cache whenever the module moves (see ``_apply``).
+        if self._params_cache is None:
+            self._params_cache = (
+                list(self.loss_module.value_network_params.values(True, True)),
+                list(self.loss_module.target_value_network_params.values(True, True)),
+            )
+        return self._params_cache
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202
+        self._params_cache = None
+        return super()._apply(fn, recurse)
+
     def _update_target(self) -> None:
         if self.target_updater is not None:
             self.target_updater.step()
             return
         copy = (self.num_updates % self.hparams.hard_update_every == 0).float()
-        sources = self.loss_module.value_network_params.values(True, True)
-        targets = self.loss_module.target_value_network_params.values(True, True)
+        sources, targets = self._param_lists()
         for tgt, src in zip(targets, sources):
             tgt.data.lerp_(src.data, copy)
 
