@@ -22,7 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 from torch import nn
+from typing_extensions import override
 
 _MISSING = object()
 
@@ -129,3 +132,25 @@ def restore_hot_paths(pl_module: nn.Module, owner: object) -> None:
 def wrapped_paths(pl_module: nn.Module) -> dict[str, int]:
     """How many wrapper layers each hot path currently carries (for tests and debugging)."""
     return {name: len(stack) for name, stack in _STACKS.get(pl_module, {}).items() if stack}
+
+
+class HotPathCallback(Callback):
+    """Base of the callbacks that wrap hot paths: their wrappers come off at the end of a fit, on an
+    exception and at teardown, whichever comes first (restoring twice is harmless)."""
+
+    def _restore(self, pl_module: pl.LightningModule) -> None:
+        restore_hot_paths(pl_module, self)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore(pl_module)
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._restore(pl_module)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore(pl_module)

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from callbacks._graphed_path import GraphedPath
 from callbacks._logging import notice_once
 from callbacks._protocol import (
+    HotPathCallback,
     check_paths_argument,
     require_optimizer_kwargs,
     resolve_hot_paths,
@@ -21,7 +21,7 @@ from callbacks._protocol import (
 from callbacks.torch_compile import GRAPH_MODES, TorchCompile
 
 
-class CudaGraphs(Callback):
+class CudaGraphs(HotPathCallback):
     """Run the module's hot paths (``update``, ``act``) as CUDA graphs: one launch instead of hundreds.
 
     Each selected path runs eagerly ``warmup`` times on a side stream (lazy state such as Adam moments
@@ -173,17 +173,3 @@ class CudaGraphs(Callback):
         # Dropping the GraphedPath objects releases the graphs and their memory pools.
         self._captured_before = self.graphs_captured
         self._graphed.clear()
-
-    @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._restore(pl_module)
-
-    @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        self._restore(pl_module)
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._restore(pl_module)

@@ -8,11 +8,15 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from tensordict import TensorDictBase
 from typing_extensions import override
 
-from callbacks._protocol import check_paths_argument, resolve_hot_paths, restore_hot_paths, wrap_hot_path
+from callbacks._protocol import (
+    HotPathCallback,
+    check_paths_argument,
+    resolve_hot_paths,
+    wrap_hot_path,
+)
 from callbacks.cuda_graphs import CudaGraphs
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -21,7 +25,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _COMPATIBLE_PRECISION = {"bf16": ("32-true", "bf16-mixed"), "fp16": ("16-mixed",)}
 
 
-class MixedPrecision(Callback):
+class MixedPrecision(HotPathCallback):
     """Run the hot paths (``update``, ``act``) under ``torch.autocast`` in bf16 or fp16.
 
     Lightning's precision plugin (``Trainer(precision="bf16-mixed")``) autocasts ``training_step`` only;
@@ -119,20 +123,6 @@ class MixedPrecision(Callback):
             return _upcast(out, dtype, already_low)
 
         return run
-
-    @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        restore_hot_paths(pl_module, self)
-
-    @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        restore_hot_paths(pl_module, self)
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        restore_hot_paths(pl_module, self)
 
 
 def _low_precision_keys(td: Any, dtype: torch.dtype) -> frozenset:

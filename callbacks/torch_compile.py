@@ -9,18 +9,22 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from callbacks._logging import log_metrics, notice_once
-from callbacks._protocol import check_paths_argument, resolve_hot_paths, restore_hot_paths, wrap_hot_path
+from callbacks._protocol import (
+    HotPathCallback,
+    check_paths_argument,
+    resolve_hot_paths,
+    wrap_hot_path,
+)
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Modes in which inductor records CUDA graphs itself (cudagraph trees): the first calls warm up and record.
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
-class TorchCompile(Callback):
+class TorchCompile(HotPathCallback):
     """Compile the module's hot paths (``update``, ``act``) with ``torch.compile`` for the fit.
 
     In ``on_fit_start`` (the module is on its device) every selected hot path is replaced by
@@ -125,20 +129,6 @@ class TorchCompile(Callback):
         if self._pending_log:
             self._pending_log = False
             log_metrics(trainer, {"time/compile_s": self.compile_s}, pl_module)
-
-    @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        restore_hot_paths(pl_module, self)
-
-    @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        restore_hot_paths(pl_module, self)
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        restore_hot_paths(pl_module, self)
 
     @override
     def state_dict(self) -> dict[str, Any]:
