@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -26,10 +27,8 @@ def machine() -> dict[str, Any]:
         "load_avg_1m": os.getloadavg()[0],
     }
     for name in ("torchrl", "tensordict", "lightning", "gymnasium"):
-        try:
+        with contextlib.suppress(ImportError):
             info[name] = __import__(name).__version__
-        except ImportError:
-            pass
     return info
 
 

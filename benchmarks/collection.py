@@ -16,11 +16,11 @@ import time
 
 import gymnasium as gym
 import torch
+from _common import write
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector
 from torchrl.envs import GymWrapper
 
-from _common import write
 from rl_lightning.envs import EnvConfig, make_env
 
 

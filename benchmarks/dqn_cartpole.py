@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import mlflow
-
 from _common import write
 
 THRESHOLD, FINAL_THRESHOLD = 475.0, 450.0
@@ -86,7 +85,7 @@ def main() -> None:
             s["best_ckpt_100_episodes"]["return_mean"] >= FINAL_THRESHOLD for s in per_seed
         ),
         "wall_s_mean": sum(s["wall_s"] for s in per_seed) / len(per_seed),
-        "reference": "Stable-Baselines3 rl-zoo DQN recipe: about 94 s of training for 50k frames on this machine",
+        "reference": "Stable-Baselines3 rl-zoo DQN recipe: about 94 s of training for 50k frames here",
     }
     print(write("dqn_cartpole", result))
 

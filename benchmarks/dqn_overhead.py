@@ -18,11 +18,11 @@ import time
 
 import lightning as L
 import torch
+from _common import write
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Categorical, Composite, Unbounded
 
-from _common import write
 from rl_lightning.algos.dqn import DQN
 
 OBS, ACTIONS, BATCH, HIDDEN, GAMMA, LR = 4, 2, 64, (256, 256), 0.99, 2.3e-3
@@ -184,7 +184,8 @@ def main() -> None:
     }
     path = write("dqn_overhead", result)
     print(
-        f"update: {result['update_us']['rl_lightning']:.0f} us vs {result['update_us']['hand_written']:.0f} us "
+        f"update: {result['update_us']['rl_lightning']:.0f} us vs "
+        f"{result['update_us']['hand_written']:.0f} us "
         f"-> ratio {result['update_ratio']:.2f}"
     )
     print(

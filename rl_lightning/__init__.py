@@ -1,3 +1,3 @@
-"""rl_lightning: reinforcement learning on PyTorch Lightning with TorchRL data, Hydra config and MLflow runs."""
+"""rl_lightning: reinforcement learning on PyTorch Lightning, TorchRL data, Hydra config and MLflow runs."""
 
 __version__ = "0.1.0"

@@ -197,7 +197,7 @@ class DQN(RLModule):
             )
         return self._params_cache
 
-    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202
+    def _apply(self, fn, recurse: bool = True):
         self._params_cache = None
         return super()._apply(fn, recurse)
 
