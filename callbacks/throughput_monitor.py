@@ -67,12 +67,18 @@ class ThroughputMonitor(Callback):
         self._window_start = 0.0
         self._window_updates = 0
         self._window_frames: int | None = None
+        self._frames_since = 0.0
         self._paused_at: float | None = None
 
     def _open_window(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._window_start = time.perf_counter()
         self._window_updates = self.updates
-        self._window_frames = read_frames(trainer, pl_module)
+        frames = read_frames(trainer, pl_module)
+        # Frames arrive in bursts (one collection, then many updates): the frame rate is measured between
+        # windows in which the frame count moved, so an update-only window does not read as 0 frames/s.
+        if self._window_frames is None or frames != self._window_frames:
+            self._window_frames = frames
+            self._frames_since = self._window_start
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -88,7 +94,9 @@ class ThroughputMonitor(Callback):
         updates = self.updates - self._window_updates
         if updates < self.log_every_n_steps:
             return
-        elapsed = time.perf_counter() - self._window_start
+        now = time.perf_counter()
+        elapsed = now - self._window_start
+        frames_elapsed = now - self._frames_since
         frames = read_frames(trainer, pl_module)
         start_frames = self._window_frames
         self.windows += 1
@@ -97,8 +105,8 @@ class ThroughputMonitor(Callback):
             return
         self.updates_per_s = updates / elapsed
         metrics = {"time/updates_per_s": self.updates_per_s}
-        if frames is not None and start_frames is not None:
-            self.env_sps = (frames - start_frames) / elapsed
+        if frames is not None and start_frames is not None and frames != start_frames and frames_elapsed > 0:
+            self.env_sps = (frames - start_frames) / frames_elapsed
             metrics["time/env_sps"] = self.env_sps
         if frames is not None and self.log_frames:
             metrics["time/frames"] = float(frames)
@@ -112,7 +120,9 @@ class ThroughputMonitor(Callback):
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._paused_at is not None:
-            self._window_start += time.perf_counter() - self._paused_at
+            paused = time.perf_counter() - self._paused_at
+            self._window_start += paused
+            self._frames_since += paused
             self._paused_at = None
 
     @override
