@@ -87,7 +87,8 @@ def main() -> None:
             gym.vector.SyncVectorEnv(
                 [lambda: gym.make("CartPole-v1") for _ in range(n)],
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            )
+            ),
+            categorical_action_encoding=True,
         )
         plain.append(through_collector(wrapped, args.seconds, fpb))
     result = {

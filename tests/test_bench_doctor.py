@@ -1,0 +1,122 @@
+"""The ``doctor`` and ``bench`` commands: the report's sections and advice, the bench's JSON and MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import mlflow_client, mlflow_runs, run_cli
+
+from rl_lightning.cli import main
+from rl_lightning.doctor import recommendations
+
+SECTIONS = ("device", "TF32", "torch.compile", "CPU", "libraries", "recommendations")
+
+
+def test_doctor_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for section in SECTIONS:
+        assert section in lines, f"section {section!r} missing from:\n{out}"
+    assert "CUDA available" in out and "torch_threads setting" in out
+    for library in (
+        "torch",
+        "lightning",
+        "torchrl",
+        "tensordict",
+        "gymnasium",
+        "hydra-core",
+        "mlflow",
+        "box2d",
+    ):
+        assert any(ln.strip().startswith(library + " ") for ln in lines), library
+    # The compile probe ran (or says why not) and the advice is about this machine.
+    compile_section = out.split("\ntorch.compile\n")[1].split("\nCPU\n")[0]
+    works = next(ln for ln in compile_section.splitlines() if ln.strip().startswith("works"))
+    if works.split()[-1] == "yes":
+        assert "eager speed" in compile_section
+    advice = out.split("recommendations")[-1]
+    assert advice.strip().startswith("-")
+    if not torch.cuda.is_available():
+        assert "no CUDA" in advice
+
+
+def test_doctor_can_skip_the_compile_probe(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "doctor.compile=false"]) == 0
+    assert "skipped (doctor.compile=false)" in capsys.readouterr().out
+
+
+def test_recommendations_follow_the_measurements() -> None:
+    threads_ok = {"many_threads": 2.0, "many_s": 1e-3, "one_thread_s": 1e-3}
+    threads_bad = {"many_threads": 2.0, "many_s": 5e-3, "one_thread_s": 1e-3}
+    threads_many = {"many_threads": 8.0, "many_s": 1e-3, "one_thread_s": 4e-3}
+    probe = {"act_compile_s": 1.0, "update_compile_s": 2.0, "act_eager_s": 1e-4, "act_compiled_s": 2e-4}
+    slower = recommendations(False, {**probe, "update_eager_s": 1e-3, "update_compiled_s": 2e-3}, threads_ok)
+    assert any("keep compile off" in line and "0.50x" in line for line in slower)
+    faster = recommendations(False, {**probe, "update_eager_s": 2e-3, "update_compiled_s": 1e-3}, threads_ok)
+    assert any("worth trying" in line and "2.00x" in line for line in faster)
+    assert not any("torch_threads" in line for line in faster)
+    assert any("keep torch_threads=1" in line for line in recommendations(False, None, threads_bad, 1))
+    assert any("set torch_threads=1" in line for line in recommendations(False, None, threads_bad, None))
+    assert any("torch_threads=null" in line for line in recommendations(False, None, threads_many, 1))
+    broken = recommendations(False, {"error": "no C++ compiler"}, threads_ok)
+    assert any("does not work" in line and "no C++ compiler" in line for line in broken)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("bench.variants=[nope]", "unknown ['nope']"), ("bench.frames=100", "bench.frames>=")],
+)
+def test_bench_rejects_bad_settings_in_one_line(override: str, message: str, capsys) -> None:
+    assert main(["bench", "+experiment=dqn_cartpole", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: bench") and message in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
+    proc = run_cli(
+        tmp_path,
+        "bench",
+        "+experiment=dqn_cartpole",
+        "device=cpu",
+        "bench.frames=640",
+        "collect.warmup_frames=128",
+        "collect.frames_per_batch=128",
+        "bench.variants=[fused_optimizer,tf32]",
+        "bench.act_calls=20",
+        "bench.out=out/bench.json",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "env frames/s" in proc.stdout and "fused_optimizer" in proc.stdout
+    results = json.loads((tmp_path / "out" / "bench.json").read_text())
+    (run_dir,) = tmp_path.glob("runs/dqn_cartpole/*/bench_results.json")
+    assert json.loads(run_dir.read_text()) == results
+    assert results["experiment"] == "dqn_cartpole" and results["frames"] == 640
+    assert results["machine"]["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    rows = {row["variant"]: row for row in results["variants"]}
+    assert list(rows) == ["baseline", "fused_optimizer", "tf32"]
+    base, fused = rows["baseline"], rows["fused_optimizer"]
+    assert base["status"] == "ok" and base["callbacks"] == []
+    for key in ("env_fps", "updates_per_s", "act_ms", "peak_mem_mb"):
+        assert base[key] > 0 and base["ratios"][key] == pytest.approx(1.0)
+        assert fused[key] > 0 and fused["ratios"][key] == pytest.approx(fused[key] / base[key])
+    assert fused["status"] == "ok" and fused["callbacks"] == ["fused_optimizer"]
+    assert "FusedOptimizer" in fused["runs"][0]["callbacks"]
+    # Steady state only: the window starts after the warm-up and one collection with the policy.
+    assert base["runs"][0]["window"]["start_frame"] >= 128 + 128
+    assert base["runs"][0]["window"]["frames"] >= 2 * 128
+    if not torch.cuda.is_available():
+        assert rows["tf32"]["status"] == "n/a (no CUDA)"
+    (run,) = [r for r in mlflow_runs(tmp_path) if r.info.run_name == "dqn_cartpole-bench"]
+    metrics = run.data.metrics
+    assert metrics["bench/baseline/env_fps"] == pytest.approx(base["env_fps"])
+    assert metrics["bench/fused_optimizer/updates_per_s_ratio"] == pytest.approx(
+        fused["ratios"]["updates_per_s"]
+    )
+    artifacts = [a.path for a in mlflow_client(tmp_path).list_artifacts(run.info.run_id)]
+    assert "bench_results.json" in artifacts
