@@ -48,12 +48,18 @@ class ReplayConfig:
             raise ValueError("replay.prioritized with replay.slice_len is not supported; choose one.")
 
 
-def make_replay_buffer(cfg: ReplayConfig) -> TensorDictReplayBuffer:
+def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDictReplayBuffer:
     """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` on ``cfg.device``.
 
     Prioritized replay uses :class:`TensorPrioritizedSampler` (priorities read from ``td_error``);
     ``slice_len`` samples sub-trajectories of that many steps with ``SliceSampler`` (batch ``batch_size``
     counts steps, so it must be a multiple of ``slice_len``).
+
+    Args:
+        cfg: the replay config.
+        interleaved: the steps of one trajectory are not adjacent in storage (several envs write one
+            step each per collection). With ``slice_len`` the sampler then rebuilds trajectories from the
+            traj ids and ``step_count`` (TorchRL's fragmented mode) instead of from storage adjacency.
     """
     device = resolve_device(cfg.device)
     storage = LazyTensorStorage(cfg.capacity, device=device)
@@ -65,7 +71,8 @@ def make_replay_buffer(cfg: ReplayConfig) -> TensorDictReplayBuffer:
                 f"replay.batch_size ({cfg.batch_size}) must be a multiple of "
                 f"replay.slice_len ({cfg.slice_len})."
             )
-        sampler = SliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True)
+        fragmented = {"fragmented": True, "step_key": "step_count"} if interleaved else {}
+        sampler = SliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True, **fragmented)
     else:
         sampler = RandomSampler()
     return TensorDictReplayBuffer(
