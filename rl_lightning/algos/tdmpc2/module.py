@@ -1,0 +1,286 @@
+"""TD-MPC2 (Hansen, Su, Wang, ICLR 2024) as a LightningModule: a latent world model learned from
+sub-trajectories and an MPPI planner that acts with it.
+
+Data: the replay buffer samples sub-trajectories with TorchRL's ``SliceSampler`` (``replay.slice_len``
+equal to ``horizon``). Each TorchRL row is a whole transition (``observation``, ``action``,
+``("next", ...)``), so ``H`` consecutive rows carry the ``H + 1`` observations, ``H`` actions and rewards
+of the reference's ``H + 1``-step slices. The collector's first ``max(1000, 5 * episode_length)`` frames
+are random; ``collect.warmup_burst`` then grants one burst of as many updates (the reference's seeding).
+
+One ``update``: world-model loss (consistency, reward, value, termination; ``rho ** t`` weighted) and
+Adam step with the encoder at ``enc_lr_scale * lr`` and gradient clipping; policy-prior loss on the
+detached latent rollout and its own Adam step; Polyak update of the target Q-ensemble (one ``lerp_``).
+
+Acting (world model in eval mode, as in the reference): ``act`` plans for every training env at once
+(warm start per env, reset where ``step_count`` is 0, exploration noise); ``act_eval`` plans without noise
+and returns the plan's mean first action, with a warm-start buffer per evaluation batch size. Actions are
+planned in ``[-1, 1]`` and mapped affinely to the env's bounds (stored actions are mapped back in
+``update``).
+
+The losses, world model and planner live in their own files (no TorchRL loss or planner fits TD-MPC2,
+see their docstrings); this module wires them to the framework's protocol.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import Bounded, TensorSpec
+
+from rl_lightning.algos.base import IncompatibleEnvError, RLModule
+from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, model_param_groups
+from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
+from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
+from rl_lightning.algos.tdmpc2.world_model import MODEL_SIZES, WorldModel, model_size_preset
+
+__all__ = ["TDMPC2", "parse_model_size"]
+
+
+def parse_model_size(size: str | int) -> int:
+    """``"5M"``, ``"5m"``, ``"5"`` or ``5`` -> 5 (the key of the reference presets)."""
+    text = str(size).strip().upper().removesuffix("M")
+    if not text.isdigit() or int(text) not in MODEL_SIZES:
+        names = ", ".join(f"{k}M" for k in MODEL_SIZES)
+        raise ValueError(f"algo.model_size={size!r} is not a TD-MPC2 preset; choose one of {names}.")
+    return int(text)
+
+
+class TDMPC2(RLModule):
+    """TD-MPC2 for vector observations and bounded continuous actions (single task).
+
+    Args:
+        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
+        model_size: reference size preset ``"1M"``, ``"5M"``, ``"19M"``, ``"48M"`` or ``"317M"``.
+        latent_dim: overrides the preset's latent size (``None`` keeps it).
+        mlp_dim: overrides the preset's hidden width.
+        enc_dim: overrides the preset's encoder width.
+        num_q: overrides the preset's Q-ensemble size.
+        horizon: planning and training horizon ``H`` (``replay.slice_len`` must equal it).
+        episode_length: the env's (maximum) episode length; sets the discount when ``discount`` is None.
+        discount: γ; ``None`` derives it from ``episode_length`` as in the paper.
+        episodic: learn a termination head and stop bootstrapping at terminal states.
+        num_envs: training envs planned for in one ``act`` call (the warm-start buffer's size).
+        mpc: act with the MPPI planner; ``False`` acts with the policy prior alone.
+        iterations: MPPI iterations.
+        num_samples: action sequences per iteration (policy-prior ones included).
+        num_pi_trajs: sequences from the policy prior.
+        num_elites: elites refitting the sampling distribution.
+        temperature: elite weighting temperature.
+        min_std: lower clamp of the sampling std.
+        max_std: upper clamp (and start) of the sampling std.
+        eval_sample_elite: ``act_eval`` returns a Gumbel-sampled elite's first action instead of the mean's.
+        lr: Adam learning rate of world model and policy.
+        enc_lr_scale: encoder learning-rate multiplier.
+        grad_clip: max gradient norm of each of the two updates.
+        tau: Polyak rate of the target Q-ensemble.
+        rho: temporal weight decay of the losses.
+        consistency_coef: weight of the latent consistency loss.
+        reward_coef: weight of the reward loss.
+        value_coef: weight of the value loss.
+        termination_coef: weight of the termination loss (``episodic`` only).
+        entropy_coef: policy entropy bonus.
+        scale_entropy_by_action_dim: multiply the entropy by the action size (later reference versions).
+        log_every_n_updates: logging interval in updates.
+    """
+
+    cuda_graph_safe = ("update", "act")
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        model_size: str | int = "5M",
+        latent_dim: int | None = None,
+        mlp_dim: int | None = None,
+        enc_dim: int | None = None,
+        num_q: int | None = None,
+        horizon: int = 3,
+        episode_length: int = 1000,
+        discount: float | None = None,
+        episodic: bool = False,
+        num_envs: int = 1,
+        mpc: bool = True,
+        iterations: int = 6,
+        num_samples: int = 512,
+        num_pi_trajs: int = 24,
+        num_elites: int = 64,
+        temperature: float = 0.5,
+        min_std: float = 0.05,
+        max_std: float = 2.0,
+        eval_sample_elite: bool = False,
+        lr: float = 3e-4,
+        enc_lr_scale: float = 0.3,
+        grad_clip: float = 20.0,
+        tau: float = 0.01,
+        rho: float = 0.5,
+        consistency_coef: float = 20.0,
+        reward_coef: float = 0.1,
+        value_coef: float = 0.1,
+        termination_coef: float = 1.0,
+        entropy_coef: float = 1e-4,
+        scale_entropy_by_action_dim: bool = False,
+        log_every_n_updates: int = 100,
+    ) -> None:
+        super().__init__(observation_spec, action_spec, log_every_n_updates)
+        if not isinstance(action_spec, Bounded):
+            raise IncompatibleEnvError(
+                f"TD-MPC2 needs bounded continuous actions, but the env's actions are "
+                f"{type(action_spec).__name__}; use a continuous env (e.g. HockeyVsOpponent-v0)."
+            )
+        if horizon < 1 or episode_length < 1 or num_envs < 1:
+            raise ValueError("horizon, episode_length and num_envs must be >= 1.")
+        if grad_clip <= 0:
+            raise ValueError(f"grad_clip={grad_clip} must be > 0 (the reference clips at 20).")
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        if len(self.obs_shape) != 1:
+            raise IncompatibleEnvError(
+                f"TD-MPC2 here takes vector observations, got shape {tuple(self.obs_shape)}; "
+                "flatten the observation with a gymnasium wrapper."
+            )
+        low = action_spec.space.low.reshape(-1, *action_spec.shape[-1:])[0].float()
+        high = action_spec.space.high.reshape(-1, *action_spec.shape[-1:])[0].float()
+        if not (torch.isfinite(low).all() and torch.isfinite(high).all() and (high > low).all()):
+            raise IncompatibleEnvError("TD-MPC2 needs finite action bounds with high > low.")
+        # Affine map between the planner's [-1, 1] and the env's bounds.
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+        self.action_dim = int(low.numel())
+        self.horizon = horizon
+        self.discount = discount_from_episode_length(episode_length) if discount is None else discount
+
+        overrides = {"latent_dim": latent_dim, "mlp_dim": mlp_dim, "enc_dim": enc_dim, "num_q": num_q}
+        arch = {
+            **model_size_preset(parse_model_size(model_size)),
+            **{k: v for k, v in overrides.items() if v is not None},
+        }
+        self.model = WorldModel(int(self.obs_shape[0]), self.action_dim, episodic=episodic, tau=tau, **arch)
+        self.loss_fn = TDMPC2Loss(
+            discount=self.discount,
+            rho=rho,
+            consistency_coef=consistency_coef,
+            reward_coef=reward_coef,
+            value_coef=value_coef,
+            termination_coef=termination_coef,
+            entropy_coef=entropy_coef,
+            scale_entropy_by_action_dim=scale_entropy_by_action_dim,
+        )
+        self.planner = self._make_planner(num_envs)
+        # Evaluation planners, one per eval batch size, created on first use. They are kept out of the
+        # module tree (and so out of checkpoints): every evaluation starts its episodes from step 0, where
+        # the warm start is cleared anyway.
+        self._eval_planners: dict[int, MPPIPlanner] = {}
+
+    def _make_planner(self, num_envs: int) -> MPPIPlanner:
+        hp = self.hparams
+        return MPPIPlanner(
+            self.action_dim,
+            num_envs=num_envs,
+            discount=self.discount,
+            horizon=hp.horizon,
+            iterations=hp.iterations,
+            num_samples=hp.num_samples,
+            num_pi_trajs=hp.num_pi_trajs,
+            num_elites=hp.num_elites,
+            temperature=hp.temperature,
+            min_std=hp.min_std,
+            max_std=hp.max_std,
+            eval_sample_elite=hp.eval_sample_elite,
+        )
+
+    # ------------------------------------------------------------------ action mapping
+    def to_env_action(self, action: Tensor) -> Tensor:
+        """``[..., A]`` in ``[-1, 1]`` -> the env's bounds."""
+        return action * self.action_scale + self.action_bias
+
+    def from_env_action(self, action: Tensor) -> Tensor:
+        """The env's bounds -> ``[-1, 1]``."""
+        return ((action - self.action_bias) / self.action_scale).clamp(-1, 1)
+
+    @staticmethod
+    def episode_start(td: TensorDictBase) -> Tensor | None:
+        """Bool ``[N]``, True at an episode's first step: ``is_init`` if present, else ``step_count == 0``."""
+        is_init = td.get("is_init", None)
+        if is_init is not None:
+            return is_init.reshape(-1).bool()
+        step_count = td.get("step_count", None)
+        return None if step_count is None else step_count.reshape(-1) == 0
+
+    # ------------------------------------------------------------------ hot paths
+    def _plan(self, td: TensorDictBase, planner: MPPIPlanner, eval_mode: bool) -> TensorDictBase:
+        # The reference plans with the world model in eval mode (no Q dropout), in training too.
+        was_training = self.model.training
+        self.model.train(False)
+        z = self.model.encode(td.get("observation").float())
+        if self.hparams.mpc:
+            action = planner(self.model, z, t0=self.episode_start(td), eval_mode=eval_mode)
+        else:
+            pi = self.model.pi(z)
+            action = pi.mean if eval_mode else pi.action
+        self.model.train(was_training)
+        td.set("action", self.to_env_action(action))
+        return td
+
+    @torch.no_grad()
+    def act(self, td: TensorDictBase) -> TensorDictBase:
+        """Plans with exploration noise for the ``[N]`` training envs; writes ``action [N, A]``."""
+        n = td.batch_size[0] if td.batch_dims else 1
+        if n != self.planner.num_envs:
+            raise ValueError(
+                f"act got {n} envs but the planner was built for algo.num_envs={self.planner.num_envs}; "
+                "set algo.num_envs to env.num_envs (the default interpolation does)."
+            )
+        return self._plan(td, self.planner, eval_mode=False)
+
+    @torch.no_grad()
+    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
+        """Plans without exploration noise (mean first action); any number of envs ``[N]``."""
+        n = td.batch_size[0] if td.batch_dims else 1
+        planner = self._eval_planners.get(n)
+        if planner is None or planner.prev_mean.device != self.device:
+            planner = self._eval_planners[n] = self._make_planner(n).to(self.device)
+        return self._plan(td, planner, eval_mode=True)
+
+    def update(self, batch: TensorDictBase) -> TensorDictBase:
+        """One TD-MPC2 update on ``batch``: ``[B * H]`` rows, ``B`` consecutive slices of ``H`` steps.
+
+        Returns:
+            Detached scalars: ``consistency_loss``, ``reward_loss``, ``value_loss``, ``termination_loss``,
+            ``total_loss``, ``grad_norm``, ``pi_loss``, ``pi_grad_norm``, ``pi_entropy``, ``pi_scale``,
+            ``pi_log_std``.
+        """
+        opt, pi_opt = self.optimizers()
+        data = batch_from_tensordict(batch.reshape(-1, self.horizon))
+        terminated = data.terminated if self.hparams.episodic else torch.zeros_like(data.terminated)
+        data = data._replace(action=self.from_env_action(data.action), terminated=terminated)
+
+        # Losses in train mode (Q dropout), as in the reference. Its TD targets are computed in eval mode,
+        # which is the same here: the target ensemble never uses dropout and the policy has none.
+        out = self.loss_fn.model_loss(self.model, data)
+        opt.zero_grad(set_to_none=False)
+        self.manual_backward(out.loss)
+        grad_norm = nn.utils.clip_grad_norm_(self._model_params, self.hparams.grad_clip)
+        opt.step()
+
+        pi_loss, pi_metrics = self.loss_fn.policy_loss(self.model, out.zs.detach())
+        pi_opt.zero_grad(set_to_none=False)
+        self.manual_backward(pi_loss)
+        pi_grad_norm = nn.utils.clip_grad_norm_(self.model.pi_net.parameters(), self.hparams.grad_clip)
+        pi_opt.step()
+        self.model.soft_update_target_Q()
+        metrics = {**out.metrics, **pi_metrics, "grad_norm": grad_norm, "pi_grad_norm": pi_grad_norm}
+        return TensorDict({k: v.detach() for k, v in metrics.items()}, batch_size=[])
+
+    # ------------------------------------------------------------------ optimizers
+    @property
+    def _model_params(self) -> list[nn.Parameter]:
+        return [p for group in model_param_groups(self.model) for p in group["params"]]
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        hp = self.hparams
+        groups = model_param_groups(self.model, hp.lr, hp.enc_lr_scale)
+        return [
+            self.make_optimizer(groups, hp.lr),
+            self.make_optimizer(self.model.pi_net.parameters(), hp.lr, eps=1e-5),
+        ]

@@ -1,0 +1,213 @@
+"""Latent MPPI planner of TD-MPC2, batched over environments.
+
+TorchRL's ``MPPIPlanner`` rolls out an ``EnvBase`` and has no policy-prior samples, warm start or elite
+sampling, so TD-MPC2 needs this planner. It plans in the world model's latent space:
+
+1. 24 of 512 action sequences come from rolling out the policy prior; the rest are drawn from
+   ``N(mean, std)``, with ``mean`` warm-started from the previous step's plan shifted by one step.
+2. Each sequence is scored by ``sum_t γ^t r̂_t + γ^H Q_avg(z_H, π(z_H))`` (with termination masking when
+   the model is episodic); the 64 best (elites) refit ``mean``/``std`` with weights
+   ``softmax(temperature * value)``; repeated for 6 iterations.
+3. The executed action is the first action of an elite drawn by Gumbel-max over the elite weights, plus
+   ``N(0, std_0)`` exploration noise in training; ``eval_mode`` returns the plan's mean first action.
+
+Every tensor has a static shape and no value leaves the device, so ``forward`` can be compiled and
+captured in a CUDA graph whole. Use one planner per set of environments (training and evaluation envs
+need separate instances because the warm start is stored per environment).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from rl_lightning.algos.tdmpc2 import math as tdm
+
+__all__ = ["LatentModel", "MPPIPlanner"]
+
+
+class _PolicySample(Protocol):
+    action: Tensor
+
+
+class LatentModel(Protocol):
+    """What the planner needs from a world model (``WorldModel`` satisfies it)."""
+
+    episodic: bool
+
+    def next(self, z: Tensor, a: Tensor) -> Tensor: ...
+
+    def predict_reward(self, z: Tensor, a: Tensor) -> Tensor: ...
+
+    def pi(self, z: Tensor) -> _PolicySample: ...
+
+    def Q(self, z: Tensor, a: Tensor, return_type: Literal["min", "avg", "all"] = "min") -> Tensor: ...
+
+    def termination(self, z: Tensor) -> Tensor: ...
+
+
+class MPPIPlanner(nn.Module):
+    """TD-MPC2's latent MPPI planner for ``num_envs`` environments at once (reference defaults).
+
+    Args:
+        action_dim: action size; actions live in ``[-1, 1]``.
+        num_envs: number of environments planned for in one call (fixes the warm-start buffer's shape).
+        discount: γ used to sum predicted rewards and bootstrap with Q.
+        horizon: planning horizon H.
+        iterations: MPPI iterations.
+        num_samples: action sequences per iteration, policy-prior ones included.
+        num_pi_trajs: sequences sampled from the policy prior (0 disables them).
+        num_elites: elites used to refit the sampling distribution.
+        temperature: inverse temperature of the elite weights ``exp(temperature * (v - max v))``.
+        min_std: lower clamp of the sampling std.
+        max_std: upper clamp and initial value of the sampling std.
+        eval_sample_elite: in ``eval_mode`` return a Gumbel-sampled elite's first action (the reference's
+            behaviour) instead of the plan's mean first action.
+
+    Buffers:
+        prev_mean: ``[num_envs, horizon, action_dim]``, the last plan's mean, used as the warm start.
+    """
+
+    prev_mean: Tensor
+
+    def __init__(
+        self,
+        action_dim: int,
+        num_envs: int = 1,
+        discount: float = 0.99,
+        horizon: int = 3,
+        iterations: int = 6,
+        num_samples: int = 512,
+        num_pi_trajs: int = 24,
+        num_elites: int = 64,
+        temperature: float = 0.5,
+        min_std: float = 0.05,
+        max_std: float = 2.0,
+        eval_sample_elite: bool = False,
+    ) -> None:
+        super().__init__()
+        if not 0 <= num_pi_trajs < num_samples:
+            raise ValueError(f"num_pi_trajs={num_pi_trajs} must lie in [0, num_samples={num_samples}).")
+        if not 0 < num_elites <= num_samples:
+            raise ValueError(f"num_elites={num_elites} must lie in (0, num_samples={num_samples}].")
+        if horizon < 1 or iterations < 1:
+            raise ValueError(f"horizon={horizon} and iterations={iterations} must be at least 1.")
+        if not 0 < min_std <= max_std:
+            raise ValueError(f"Need 0 < min_std={min_std} <= max_std={max_std}.")
+        self.action_dim, self.num_envs, self.discount = action_dim, num_envs, discount
+        self.horizon, self.iterations, self.num_samples = horizon, iterations, num_samples
+        self.num_pi_trajs, self.num_elites, self.temperature = num_pi_trajs, num_elites, temperature
+        self.min_std, self.max_std, self.eval_sample_elite = min_std, max_std, eval_sample_elite
+        self.register_buffer("prev_mean", torch.zeros(num_envs, horizon, action_dim))
+
+    def reset(self, env_mask: Tensor | None = None) -> None:
+        """Clears the warm start of environments that begin a new episode.
+
+        Args:
+            env_mask: bool ``[num_envs]`` (or ``[num_envs, 1]``), True where an episode starts; ``None``
+                clears all. Implemented with ``torch.where``, so it never synchronises.
+        """
+        if env_mask is None:
+            self.prev_mean.zero_()
+            return
+        mask = env_mask.reshape(self.num_envs, 1, 1).to(torch.bool)
+        self.prev_mean.copy_(torch.where(mask, torch.zeros_like(self.prev_mean), self.prev_mean))
+
+    def initial_mean(self, t0: Tensor | None = None) -> Tensor:
+        """Warm-start mean ``[num_envs, H, A]``: the previous mean shifted one step left, last step 0.
+
+        Args:
+            t0: optional bool ``[num_envs]``, True for an episode's first step (those envs start at 0).
+        """
+        shifted = torch.cat([self.prev_mean[:, 1:], torch.zeros_like(self.prev_mean[:, :1])], dim=1)
+        if t0 is None:
+            return shifted
+        return torch.where(t0.reshape(self.num_envs, 1, 1).to(torch.bool), torch.zeros_like(shifted), shifted)
+
+    def estimate_value(self, model: LatentModel, z: Tensor, actions: Tensor) -> Tensor:
+        """Discounted return of action sequences in the model, bootstrapped with Q.
+
+        Args:
+            model: the latent model.
+            z: start latents ``[M, latent]``.
+            actions: ``[H, M, A]``.
+
+        Returns:
+            ``[M, 1]``: ``sum_t γ^t r̂_t + γ^H Q_avg(z_H, π(z_H))``; once the model predicts termination
+            (probability > 0.5), later rewards and the bootstrap are dropped.
+        """
+        ret = torch.zeros(z.shape[0], 1, device=z.device, dtype=z.dtype)
+        alive = torch.ones_like(ret)
+        discount = 1.0
+        for t in range(self.horizon):
+            ret = ret + discount * alive * model.predict_reward(z, actions[t])
+            z = model.next(z, actions[t])
+            discount = discount * self.discount
+            if model.episodic:  # a static model attribute, not a tensor value
+                alive = alive * (model.termination(z) <= 0.5).to(z.dtype)
+        q = model.Q(z, model.pi(z).action, return_type="avg")
+        return ret + discount * alive * q
+
+    def _policy_actions(self, model: LatentModel, z: Tensor) -> Tensor:
+        n, p = self.num_envs, self.num_pi_trajs
+        z = z.unsqueeze(1).expand(n, p, z.shape[-1]).reshape(n * p, -1)
+        actions = []
+        for t in range(self.horizon):
+            actions.append(model.pi(z).action)
+            if t < self.horizon - 1:
+                z = model.next(z, actions[-1])
+        return torch.stack(actions).reshape(self.horizon, n, p, self.action_dim)
+
+    @torch.no_grad()
+    def forward(
+        self, model: LatentModel, z: Tensor, t0: Tensor | None = None, eval_mode: bool = False
+    ) -> Tensor:
+        """Plans one action per environment and stores the plan's mean as the next warm start.
+
+        Args:
+            model: the latent model (put it in eval mode: the reference plans without dropout).
+            z: encoded observations ``[num_envs, latent]``.
+            t0: optional bool ``[num_envs]``, True at an episode's first step (ignore the warm start).
+            eval_mode: no exploration noise; return the mean plan's first action (or a sampled elite's,
+                see ``eval_sample_elite``). A Python flag: compile one graph per value.
+
+        Returns:
+            Actions ``[num_envs, action_dim]`` in ``[-1, 1]``.
+        """
+        n, s, h, a_dim, k = self.num_envs, self.num_samples, self.horizon, self.action_dim, self.num_elites
+        if z.shape[0] != n:
+            raise ValueError(f"z has {z.shape[0]} rows but the planner was built for num_envs={n}.")
+        p = self.num_pi_trajs
+        pi_actions = self._policy_actions(model, z) if p > 0 else None
+        z_rep = z.unsqueeze(1).expand(n, s, z.shape[-1]).reshape(n * s, -1)
+        mean = self.initial_mean(t0).transpose(0, 1)  # [H, N, A]
+        std = torch.full_like(mean, self.max_std)
+        env_idx = torch.arange(n, device=z.device)
+
+        for _ in range(self.iterations):
+            noise = torch.randn(h, n, s - p, a_dim, device=z.device, dtype=z.dtype)
+            sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
+            actions = sampled if pi_actions is None else torch.cat([pi_actions, sampled], dim=2)
+            value = self.estimate_value(model, z_rep, actions.reshape(h, n * s, a_dim))
+            value = value.reshape(n, s).nan_to_num(0.0)
+            elite_value, elite_idx = torch.topk(value, k, dim=1)  # [N, K]
+            gather_idx = elite_idx.reshape(1, n, k, 1).expand(h, n, k, a_dim)
+            elite_actions = torch.gather(actions, 2, gather_idx)  # [H, N, K, A]
+            score = torch.exp(self.temperature * (elite_value - elite_value.max(1, keepdim=True).values))
+            score = score / score.sum(1, keepdim=True)  # [N, K]
+            w = score.reshape(1, n, k, 1)
+            mean = (w * elite_actions).sum(2) / (w.sum(2) + 1e-9)
+            std = ((w * (elite_actions - mean.unsqueeze(2)).pow(2)).sum(2) / (w.sum(2) + 1e-9)).sqrt()
+            std = std.clamp(self.min_std, self.max_std)
+
+        if eval_mode and not self.eval_sample_elite:
+            action = mean[0]
+        else:
+            chosen = tdm.gumbel_softmax_sample(score, dim=1)  # [N]
+            action = elite_actions[0, env_idx, chosen]
+            if not eval_mode:
+                action = action + std[0] * torch.randn_like(action)
+        self.prev_mean.copy_(mean.transpose(0, 1))
+        return action.clamp(-1, 1)

@@ -1,0 +1,200 @@
+"""Generic building blocks: normalised linear layers, SimNorm, an MLP builder and a vmapped ensemble.
+
+These are the layers of TD-MPC2 (Hansen et al., 2024), kept free of algorithm specifics so that other
+algorithms (SAC critics, quantile heads) can reuse them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state
+
+__all__ = ["Ensemble", "NormedLinear", "SimNorm", "mlp"]
+
+
+class SimNorm(nn.Module):
+    """Simplicial normalisation: a softmax over consecutive groups of ``dim`` features.
+
+    Each group of the output lies on a probability simplex, which bounds latent states and keeps their
+    scale fixed however long a latent rollout runs (Lavoie et al., 2022; TD-MPC2 §3).
+
+    Args:
+        dim: group size; the last dimension of the input must be a multiple of it.
+
+    Shapes:
+        input ``[..., F]`` with ``F % dim == 0``; output ``[..., F]``, every group summing to 1.
+    """
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        if dim < 1:
+            raise ValueError(f"SimNorm group size must be positive, got {dim}.")
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x = x.unflatten(-1, (-1, self.dim))
+        return F.softmax(x, dim=-1).reshape(shape)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class NormedLinear(nn.Linear):
+    """Linear layer followed by optional dropout, LayerNorm and an activation.
+
+    The order (linear → dropout → LayerNorm → activation) follows the TD-MPC2 reference.
+
+    Args:
+        in_features: input width.
+        out_features: output width.
+        act: activation module; ``None`` means Mish.
+        dropout: dropout probability applied to the linear output; 0 disables it.
+        bias: whether the linear map has a bias.
+
+    Shapes:
+        input ``[..., in_features]``; output ``[..., out_features]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        act: nn.Module | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.ln = nn.LayerNorm(out_features)
+        self.act = act if act is not None else nn.Mish()
+        # No module at all for p=0 keeps the parameter/state layout identical to the reference's.
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = super().forward(x)
+        if self.dropout is not None:
+            x = self.dropout(x)
+        return self.act(self.ln(x))
+
+
+def mlp(
+    in_dim: int,
+    hidden_dims: int | Sequence[int],
+    out_dim: int,
+    act: nn.Module | None = None,
+    dropout: float = 0.0,
+) -> nn.Sequential:
+    """Builds an MLP of :class:`NormedLinear` hidden layers (LayerNorm + Mish).
+
+    Args:
+        in_dim: input width.
+        hidden_dims: widths of the hidden layers (an int means one hidden layer).
+        out_dim: output width.
+        act: if given, the output layer is a ``NormedLinear`` with this activation (e.g. ``SimNorm``);
+            otherwise the output layer is a plain ``nn.Linear`` (for logits / heads).
+        dropout: dropout probability of the first layer only (TD-MPC2 uses 0.01 in its Q-functions).
+
+    Returns:
+        ``nn.Sequential`` mapping ``[..., in_dim]`` to ``[..., out_dim]``; ``module[-1]`` is the output layer.
+    """
+    hidden = [hidden_dims] if isinstance(hidden_dims, int) else list(hidden_dims)
+    dims = [in_dim, *hidden, out_dim]
+    layers: list[nn.Module] = [
+        NormedLinear(dims[i], dims[i + 1], dropout=dropout if i == 0 else 0.0) for i in range(len(dims) - 2)
+    ]
+    layers.append(
+        NormedLinear(dims[-2], dims[-1], act=act) if act is not None else nn.Linear(dims[-2], dims[-1])
+    )
+    return nn.Sequential(*layers)
+
+
+def _safe(name: str) -> str:
+    # Module attribute names may not contain dots; the mapping back is kept in Ensemble._names.
+    return name.replace(".", "__")
+
+
+class Ensemble(nn.Module):
+    """Vectorised ensemble of structurally identical modules, evaluated with one ``torch.vmap`` call.
+
+    The members' parameters and buffers are stacked along a new leading dimension (size ``E``) and
+    registered on this module, so optimizers, ``.to()``, ``state_dict`` and ``deepcopy`` see ordinary
+    parameters of shape ``[E, ...]``. A stateless copy of the first member on the ``meta`` device supplies
+    the computation through ``torch.func.functional_call``. One kernel launch per layer serves all members,
+    which is what makes a 5-head Q-ensemble as cheap as a single wide network on a GPU.
+
+    Members keep independent parameters and independent dropout masks (``randomness="different"``).
+
+    Args:
+        modules: the members, already initialised; they must share one architecture. They are copied, so
+            later changes to them do not affect the ensemble.
+
+    Example:
+        >>> heads = Ensemble([mlp(16, [32], 1) for _ in range(5)])
+        >>> heads(torch.randn(8, 16)).shape
+        torch.Size([5, 8, 1])
+    """
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        super().__init__()
+        modules = list(modules)
+        if not modules:
+            raise ValueError("Ensemble needs at least one module.")
+        params, buffers = stack_module_state(modules)
+        self._names: list[tuple[str, str]] = []
+        self._buffer_names: list[tuple[str, str]] = []
+        for name, value in params.items():
+            self.register_parameter(_safe(name), nn.Parameter(value.detach().clone()))
+            self._names.append((_safe(name), name))
+        for name, value in buffers.items():
+            self.register_buffer(_safe(name), value.detach().clone())
+            self._buffer_names.append((_safe(name), name))
+        # Kept out of the module tree on purpose: it holds no state, only the forward computation.
+        base = copy.deepcopy(modules[0]).to("meta")
+        object.__setattr__(self, "_base", base)
+        self._size = len(modules)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def train(self, mode: bool = True) -> Ensemble:
+        super().train(mode)
+        self._base.train(mode)  # the stateless copy carries the dropout mode
+        return self
+
+    def stacked(self, name: str) -> nn.Parameter:
+        """Returns the stacked parameter ``[E, ...]`` of a member parameter name such as ``"2.weight"``."""
+        return self.get_parameter(_safe(name))
+
+    def named_stacked(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """Yields ``(member parameter name, stacked parameter [E, ...])`` pairs."""
+        for safe, name in self._names:
+            yield name, self.get_parameter(safe)
+
+    def _call(self, params: dict[str, Tensor], buffers: dict[str, Tensor], *args: Tensor) -> Tensor:
+        return functional_call(self._base, (params, buffers), args)
+
+    def forward(self, *args: Tensor, detach: bool = False) -> Tensor:
+        """Evaluates every member on the same inputs.
+
+        Args:
+            *args: inputs shared by all members, e.g. ``x [..., in_dim]``.
+            detach: evaluate with detached parameters, so no gradient reaches the ensemble while
+                gradients still flow through the inputs (used by TD-MPC2's policy loss).
+
+        Returns:
+            The members' outputs stacked along a new leading dimension: ``[E, ...]``.
+        """
+        params = {name: getattr(self, safe) for safe, name in self._names}
+        if detach:
+            params = {k: v.detach() for k, v in params.items()}
+        buffers = {name: getattr(self, safe) for safe, name in self._buffer_names}
+        in_dims = (0, 0, *([None] * len(args)))
+        return torch.vmap(self._call, in_dims=in_dims, randomness="different")(params, buffers, *args)
+
+    def extra_repr(self) -> str:
+        return f"size={self._size}, member={self._base!r}"
