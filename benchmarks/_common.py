@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,28 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
+    """What the figures were measured on: platform, CPU, cores, load, device and library versions."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "load_avg_1m": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
     }
-    for name in ("torchrl", "tensordict", "lightning", "gymnasium"):
-        with contextlib.suppress(ImportError):
-            info[name] = __import__(name).__version__
+    for name in ("torch", "torchrl", "tensordict", "lightning", "gymnasium", "box2d"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            info[name] = metadata.version(name)
     return info
 
 

@@ -12,44 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from _common import machine as machine_info
 
 from rl_lightning.envs.hockey import BasicOpponent, HockeyEnv, HockeyVsOpponentEnv
 
 # Measured with the course env (hockey 2.6, box2d 2.3.10) on one core of this kind of machine.
 ORIGINAL_STEPS_PER_S = {"random_actions": 6900, "zero_actions": 5400}
-
-
-def machine_info() -> dict[str, object]:
-    """Where the figures were taken: platform, cores, load and library versions."""
-
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "load_average_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "python": sys.version.split()[0],
-        "torch": version("torch"),
-        "numpy": version("numpy"),
-        "gymnasium": version("gymnasium"),
-        "box2d": version("box2d") or version("Box2D"),
-    }
 
 
 def best_rate(run: Callable[[], int], repeats: int) -> dict[str, float]:

@@ -17,44 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
+
+from _common import machine as machine_info
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The criterion counts a seed that reaches the threshold within this many frames (runs may be shorter).
 CRITERION_FRAMES = 15_000
-
-
-def machine_info() -> dict[str, object]:
-    """Where the figures were taken: platform, CPU, cores, load and library versions."""
-
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines() if "model name" in ln]
-        cpu = names[0] if names else cpu
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "python": sys.version.split()[0],
-        **{name: version(name) for name in ("torch", "torchrl", "tensordict", "lightning", "gymnasium")},
-    }
 
 
 def run_fit(experiment: str, overrides: list[str], workdir: Path, log_name: str) -> dict[str, object]:
