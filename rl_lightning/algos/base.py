@@ -124,12 +124,21 @@ class RLModule(L.LightningModule):
         dm = self.trainer.datamodule
         out: dict[str, Any] = {f"train/{k}": v for k, v in metrics.items()}
         out.update({f"train/{k}": v for k, v in self.extra_train_metrics().items()})
+        out.update(self._episode_metrics())
+        log_metrics(self.trainer, out, dm.frames)
+
+    def _episode_metrics(self) -> dict[str, float]:
+        dm = self.trainer.datamodule
+        out: dict[str, float] = {"train/episodes": dm.episodes}
         episodes = dm.pop_episodes()
         if episodes:
             out["train/episode_return"] = sum(r for r, _ in episodes) / len(episodes)
             out["train/episode_length"] = sum(n for _, n in episodes) / len(episodes)
-        out["train/episodes"] = dm.episodes
-        log_metrics(self.trainer, out, dm.frames)
+        return out
+
+    def on_train_epoch_end(self) -> None:
+        # Episodes that finished after the last logging interval are not lost at the end of the run.
+        log_metrics(self.trainer, self._episode_metrics(), self.trainer.datamodule.frames)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["updates_since_log"] = self._updates_since_log
