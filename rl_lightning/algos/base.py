@@ -138,7 +138,9 @@ class RLModule(L.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         # Episodes that finished after the last logging interval are not lost at the end of the run.
-        log_metrics(self.trainer, self._episode_metrics(), self.trainer.datamodule.frames)
+        dm = self.trainer.datamodule
+        if dm is not None and hasattr(dm, "pop_episodes"):
+            log_metrics(self.trainer, self._episode_metrics(), dm.frames)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["updates_since_log"] = self._updates_since_log
