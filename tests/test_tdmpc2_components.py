@@ -21,7 +21,7 @@ from rl_lightning.algos.tdmpc2 import (
 )
 from rl_lightning.algos.tdmpc2 import math as tdm
 from rl_lightning.algos.tdmpc2.world_model import PolicyOutput
-from rl_lightning.nn import Ensemble, NormedLinear, SimNorm, mlp
+from rl_lightning.nn import Ensemble, Mish, NormedLinear, SimNorm, mlp
 
 OBS, ACT = 18, 4
 
@@ -380,3 +380,15 @@ def test_planner_finds_known_optimum() -> None:
     torch.testing.assert_close(planner.prev_mean, target.unsqueeze(1).expand(2, 3, ACT), atol=0.15, rtol=0)
     explore = planner(QuadraticModel(), target)
     assert explore.shape == (2, ACT) and (explore - target).abs().max() < 0.6
+
+
+def test_cpu_mish_matches_torch_mish_and_its_gradient() -> None:
+    x = torch.cat([torch.linspace(-120.0, 120.0, 4001), torch.tensor([0.0, 19.99, 20.0, 20.01, -20.0])])
+    x = x.requires_grad_()
+    ref = x.detach().clone().requires_grad_()
+    out, expected = Mish()(x), torch.nn.functional.mish(ref)
+    torch.testing.assert_close(out, expected, atol=2e-6, rtol=1e-6)
+    out.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(x.grad).all()

@@ -1,5 +1,5 @@
 """Shared neural-network layers."""
 
-from rl_lightning.nn.layers import Ensemble, NormedLinear, SimNorm, mlp
+from rl_lightning.nn.layers import Ensemble, Mish, NormedLinear, SimNorm, mlp
 
-__all__ = ["Ensemble", "NormedLinear", "SimNorm", "mlp"]
+__all__ = ["Ensemble", "Mish", "NormedLinear", "SimNorm", "mlp"]

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
-__all__ = ["Ensemble", "NormedLinear", "SimNorm", "mlp"]
+__all__ = ["Ensemble", "Mish", "NormedLinear", "SimNorm", "mlp"]
 
 
 class SimNorm(nn.Module):
@@ -45,6 +45,23 @@ class SimNorm(nn.Module):
         return f"dim={self.dim}"
 
 
+class Mish(nn.Mish):
+    """Mish, ``x * tanh(softplus(x))``, with a faster CPU formula.
+
+    On the CPU ``F.mish`` costs a third of a TD-MPC2 plan; the algebraically equal form
+    ``x * n / (n + 2)`` with ``n = e^x (e^x + 2)`` takes four cheap element-wise ops. The exponent is
+    clamped at 20, beyond which ``n / (n + 2)`` is 1 in float32, as it is for ``tanh(softplus(x))``.
+    Other devices keep the fused kernel. The parameter-free state is that of ``nn.Mish``.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu":
+            return F.mish(x, inplace=self.inplace)
+        e = torch.exp(x.clamp(max=20.0))
+        n = e * (e + 2.0)
+        return x * (n / (n + 2.0))
+
+
 class NormedLinear(nn.Linear):
     """Linear layer followed by optional dropout, LayerNorm and an activation.
 
@@ -71,7 +88,7 @@ class NormedLinear(nn.Linear):
     ) -> None:
         super().__init__(in_features, out_features, bias=bias)
         self.ln = nn.LayerNorm(out_features)
-        self.act = act if act is not None else nn.Mish()
+        self.act = act if act is not None else Mish()
         # No module at all for p=0 keeps the parameter/state layout identical to the reference's.
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
 
