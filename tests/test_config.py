@@ -48,6 +48,29 @@ def test_group_and_short_overrides_reach_the_objects(tmp_path, monkeypatch):
     assert str(run.datamodule.replay_cfg.device) == "cpu"
 
 
+def test_hockey_curriculum_override_reaches_the_envs_and_not_the_evaluation(tmp_path, monkeypatch):
+    from rl_lightning.commands import env_config
+    from rl_lightning.envs import make_env
+    from rl_lightning.envs.hockey import Mode
+
+    monkeypatch.chdir(tmp_path)
+    curriculum = "{NORMAL: 0.5, TRAIN_SHOOTING: 0.25, TRAIN_DEFENSE: 0.25}"
+    cfg = compose(["+experiment=tdmpc2_hockey_cpu", "logger=none", f"env.kwargs.mode={curriculum}"])
+    env = make_env(env_config(cfg), num_envs=2, seed=0)
+    try:
+        for e in env.envs:
+            mix = e.unwrapped.mode_mix
+            assert mix is not None and dict(zip(mix.choices, mix.probabilities)) == {
+                Mode.NORMAL: 0.5,
+                Mode.TRAIN_SHOOTING: 0.25,
+                Mode.TRAIN_DEFENSE: 0.25,
+            }
+    finally:
+        env.close()
+    # Evaluation keeps to NORMAL games: every variant fixes the mode.
+    assert all(v["mode"] == "NORMAL" for v in cfg.eval.variants.values())
+
+
 def test_cfg_job_prints_the_config(capsys):
     assert main(["fit", "+experiment=dqn_cartpole", "--cfg", "job"]) == 0
     out = capsys.readouterr().out

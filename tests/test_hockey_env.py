@@ -91,6 +91,66 @@ def test_mode_switch_through_reset_options() -> None:
     assert env.max_timesteps == 250
 
 
+CURRICULUM = {"NORMAL": 0.5, "TRAIN_SHOOTING": 0.25, "TRAIN_DEFENSE": 0.25}
+
+
+def test_mode_mix_draws_each_episode_its_mode_starts_and_time_limit() -> None:
+    env = HockeyVsOpponentEnv(mode=CURRICULUM)
+    zero = np.zeros(4, dtype=np.float32)
+    seen: dict[Mode, list[int]] = {m: [] for m in Mode}
+    env.reset(seed=0)
+    for _ in range(300):
+        obs = env.reset()[0]
+        mode = env.mode
+        # Start positions follow the drawn mode: NORMAL puts player 2 at x = 3 and the puck 1-2 m from
+        # the centre; TRAIN_SHOOTING puts the puck in player 1's half, TRAIN_DEFENSE in player 2's.
+        if mode is Mode.NORMAL:
+            assert (obs[6], obs[7]) == (3.0, 0.0) and 1 <= abs(obs[12]) <= 2
+        elif mode is Mode.TRAIN_SHOOTING:
+            assert -2 <= obs[12] <= -1
+        else:
+            assert 0 <= obs[12] <= 10 / 3
+        t, terminated, truncated = 0, False, False
+        while not (terminated or truncated):
+            _, _, terminated, truncated, _ = env.step(zero)
+            t += 1
+        assert t <= mode.max_timesteps + 1 and (terminated or t == mode.max_timesteps + 1)
+        assert env.max_timesteps == mode.max_timesteps
+        seen[mode].append(t)
+    counts = {m: len(v) for m, v in seen.items()}
+    assert counts[Mode.NORMAL] / 300 == pytest.approx(0.5, abs=0.1)
+    assert counts[Mode.TRAIN_SHOOTING] / 300 == pytest.approx(0.25, abs=0.08)
+    assert counts[Mode.TRAIN_DEFENSE] / 300 == pytest.approx(0.25, abs=0.08)
+    # Timeouts follow the drawn mode: 251 steps in NORMAL, 81 in the training modes.
+    assert max(seen[Mode.NORMAL]) == 251 and 251 not in seen[Mode.TRAIN_DEFENSE]
+    assert max(seen[Mode.TRAIN_DEFENSE]) == 81
+
+
+def test_mode_mix_is_seeded_and_a_reset_option_fixes_the_mode() -> None:
+    def modes(seed: int) -> list[Mode]:
+        env = HockeyEnv(mode={Mode.TRAIN_SHOOTING: 1, "train_defense": 1})
+        env.reset(seed=seed)
+        return [env.mode] + [(env.reset(), env.mode)[1] for _ in range(40)]
+
+    assert modes(3) == modes(3) and set(modes(3)) == {Mode.TRAIN_SHOOTING, Mode.TRAIN_DEFENSE}
+    assert modes(3) != modes(4)
+    env = HockeyEnv(mode={2: 1.0})
+    assert all((env.reset(seed=s), env.mode)[1] is Mode.TRAIN_DEFENSE for s in range(5))
+    env = HockeyEnv(mode=CURRICULUM)
+    env.reset(seed=0, options={"mode": "NORMAL"})
+    assert env.mode_mix is None and all((env.reset(), env.mode)[1] is Mode.NORMAL for _ in range(30))
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [{}, {"NORMAL": 0.0}, {"NORMAL": -1.0, "TRAIN_DEFENSE": 2.0}, {"EASY": 1.0}, {"NORMAL": 1, 0: 1},
+     {"NORMAL": "often"}, {"NORMAL": float("nan")}],
+)  # fmt: skip
+def test_bad_mode_mixes_are_rejected(mix: dict) -> None:
+    with pytest.raises(ValueError, match="mode"):
+        HockeyEnv(mode=mix)
+
+
 def draws(mode: Mode, n: int = 1500) -> np.ndarray:
     env = HockeyEnv(mode=mode)
     env.reset(seed=0)

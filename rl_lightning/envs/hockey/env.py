@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +21,54 @@ ACTION_DIM = 4  # per player: force x, force y, torque, shoot
 # Player 2's view is a 180 degree point reflection of player 1's: index map and signs (angles keep theirs).
 MIRROR_INDEX = (6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 17, 16)
 MIRROR_SIGN = (-1, -1, 1, -1, -1, 1, -1, -1, 1, -1, -1, 1, -1, -1, -1, -1, 1, 1)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class CategoricalMix(Generic[K]):
+    """A per-episode draw among named choices, e.g. ``{"weak": 0.7, "strong": 0.3}`` or a mode mix.
+
+    Args:
+        mix: choice -> non-negative weight (normalised); at least one weight must be positive.
+        coerce: maps each key to its canonical choice and raises ``ValueError`` for an unknown one.
+        what: the option's name, for error messages.
+
+    A draw takes one uniform number ``u`` from the env's generator and returns the first choice whose
+    cumulative probability exceeds ``u`` (the mapping's order), so ``{a: p, b: q}`` picks ``a`` iff
+    ``u < p / (p + q)``.
+    """
+
+    def __init__(self, mix: Mapping[Any, float], coerce: Callable[[Any], K], what: str) -> None:
+        choices: list[K] = []
+        weights: list[float] = []
+        for key, weight in mix.items():
+            choice = coerce(key)
+            if choice in choices:
+                raise ValueError(f"{what} mix names {choice!r} twice: {dict(mix)}")
+            try:
+                w = float(weight)
+            except (TypeError, ValueError):
+                raise ValueError(f"{what} mix weights must be numbers, got {weight!r} for {key!r}") from None
+            if not (w >= 0 and math.isfinite(w)):
+                raise ValueError(f"{what} mix weights must be finite and >= 0, got {weight!r} for {key!r}")
+            choices.append(choice)
+            weights.append(w)
+        total = sum(weights)
+        if total <= 0:
+            raise ValueError(f"{what} mix needs a positive weight, got {dict(mix)}")
+        self.choices: tuple[K, ...] = tuple(choices)
+        self.probabilities: tuple[float, ...] = tuple(w / total for w in weights)
+        self._cumulative = np.cumsum(self.probabilities)
+
+    def draw(self, rng: np.random.Generator) -> K:
+        """One choice, from one ``rng.random()`` draw."""
+        u = rng.random()
+        index = int(np.searchsorted(self._cumulative, u, side="right"))
+        return self.choices[min(index, len(self.choices) - 1)]
+
+    def __repr__(self) -> str:
+        return f"CategoricalMix({dict(zip(self.choices, self.probabilities))})"
 
 
 def mirror_observation(obs: np.ndarray) -> np.ndarray:
@@ -43,7 +92,10 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
     and every seeded reset draw it from the seed instead, so a seed fixes the whole episode.
 
     Args:
-        mode: NORMAL, TRAIN_SHOOTING or TRAIN_DEFENSE, as a :class:`Mode`, its name or its value.
+        mode: NORMAL, TRAIN_SHOOTING or TRAIN_DEFENSE, as a :class:`Mode`, its name or its value; or a
+            curriculum ``{mode: weight}`` such as ``{"NORMAL": 0.5, "TRAIN_SHOOTING": 0.25,
+            "TRAIN_DEFENSE": 0.25}``, from which every reset draws the episode's mode (its start positions
+            and its time limit) with the env's generator.
         keep_mode: whether a player catches the puck on contact and holds it until it shoots (at most 14
             steps). Without it the counters stay 0 and the shoot components are ignored.
         render_mode: None, ``"rgb_array"`` or ``"human"`` (needs pygame).
@@ -58,13 +110,17 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def __init__(
         self,
-        mode: Mode | str | int = Mode.NORMAL,
+        mode: Mode | str | int | Mapping[Mode | str | int, float] = Mode.NORMAL,
         keep_mode: bool = True,
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
         self.render_mode = render_mode
+        self._mode_mix: CategoricalMix[Mode] | None = None
+        if isinstance(mode, Mapping):
+            self._mode_mix = CategoricalMix(mode, Mode.coerce, "mode")
+            mode = self._mode_mix.choices[0]
         self._mode = Mode.coerce(mode)
         self.keep_mode = bool(keep_mode)
         self.observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), dtype=np.float32)
@@ -81,8 +137,13 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
 
     @property
     def mode(self) -> Mode:
-        """The game mode; change it with ``reset(options={"mode": ...})``."""
+        """The current episode's game mode; change it with ``reset(options={"mode": ...})``."""
         return self._mode
+
+    @property
+    def mode_mix(self) -> CategoricalMix[Mode] | None:
+        """The per-episode mode mix given as ``mode``, or ``None`` for a fixed mode."""
+        return self._mode_mix
 
     @property
     def world(self) -> HockeyWorld:
@@ -111,8 +172,9 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
 
         Args:
             seed: seeds the env's generator; the episode is then a function of the seed and the actions.
-            options: ``mode`` (switches the mode from now on) and ``one_starting`` (bool: player 1 starts;
-                NORMAL mode only, TRAIN_SHOOTING always gives player 1 the puck).
+            options: ``mode`` (switches to this fixed mode from now on, replacing a mode mix) and
+                ``one_starting`` (bool: player 1 starts; NORMAL mode only, TRAIN_SHOOTING always gives
+                player 1 the puck).
 
         Returns:
             The first observation and the info dict (same keys as :meth:`step`'s).
@@ -121,6 +183,11 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         options = options or {}
         if options.get("mode") is not None:
             self._mode = Mode.coerce(options["mode"])
+            self._mode_mix = None
+            self._set_mode_constants()
+        elif self._mode_mix is not None:
+            # A curriculum: each episode draws its mode (and so its start positions and time limit).
+            self._mode = self._mode_mix.draw(self.np_random)
             self._set_mode_constants()
         if seed is not None:
             self._world.build()

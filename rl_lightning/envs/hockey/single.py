@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rl_lightning.envs.hockey.constants import Mode
-from rl_lightning.envs.hockey.env import ACTION_DIM, HockeyEnv
+from rl_lightning.envs.hockey.env import ACTION_DIM, CategoricalMix, HockeyEnv
 from rl_lightning.envs.hockey.opponent import BasicOpponent
 
 OpponentPolicy = Callable[[np.ndarray], Any]
@@ -43,17 +43,12 @@ def discrete_to_continuous(code: int) -> np.ndarray:
     return DISCRETE_ACTIONS[c].copy()
 
 
-def _mix_probability(mix: Mapping[str, float]) -> float:
-    """Probability of the weak opponent in a ``{"weak": p, "strong": q}`` mix (normalised)."""
-    unknown = set(mix) - set(_NAMED)
-    if unknown:
-        raise ValueError(f"opponent mix keys must be 'weak' and/or 'strong', got {sorted(unknown)}")
-    weak, strong = float(mix.get("weak", 0.0)), float(mix.get("strong", 0.0))
-    if weak < 0 or strong < 0 or weak + strong <= 0:
-        raise ValueError(
-            f"opponent mix needs non-negative probabilities with a positive sum, got {dict(mix)}"
-        )
-    return weak / (weak + strong)
+def _opponent_name(name: Any) -> str:
+    """``"weak"`` or ``"strong"`` (any case) as a key of an opponent mix."""
+    key = str(name).strip().lower()
+    if key not in _NAMED:
+        raise ValueError(f"opponent mix keys must be 'weak' and/or 'strong', got {name!r}")
+    return key
 
 
 class HockeyVsOpponentEnv(HockeyEnv):
@@ -67,7 +62,7 @@ class HockeyVsOpponentEnv(HockeyEnv):
             ``{"weak": 0.5, "strong": 0.5}``, drawn per episode from the env's generator; or any callable
             ``obs18 -> action4`` (for example a saved agent, for self-play). A callable with a ``seed(int)``
             method is reseeded on every seeded reset; the BasicOpponent always is.
-        mode: game mode (:class:`Mode`, name or value).
+        mode: game mode (:class:`Mode`, name or value) or a per-episode mode mix (see :class:`HockeyEnv`).
         keep_mode: puck holding (see :class:`HockeyEnv`).
         render_mode: None, ``"rgb_array"`` or ``"human"``.
 
@@ -82,14 +77,14 @@ class HockeyVsOpponentEnv(HockeyEnv):
     def __init__(
         self,
         opponent: OpponentSpec = "weak",
-        mode: Mode | str | int = Mode.NORMAL,
+        mode: Mode | str | int | Mapping[Mode | str | int, float] = Mode.NORMAL,
         keep_mode: bool = True,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(mode=mode, keep_mode=keep_mode, render_mode=render_mode)
         self.action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), dtype=np.float32)
         self._basic = BasicOpponent(weak=True, keep_mode=self.keep_mode)
-        self._p_weak: float | None = None
+        self._opponent_mix: CategoricalMix[str] | None = None
         self._uses_basic = True
         # The BasicOpponent is called through act_values: same floats as act, without the array round trip.
         self._policy: OpponentPolicy
@@ -104,9 +99,10 @@ class HockeyVsOpponentEnv(HockeyEnv):
             self._policy = self._basic.act_values
             self.opponent_name = name
         elif isinstance(opponent, Mapping):
-            self._p_weak = _mix_probability(opponent)
+            self._opponent_mix = CategoricalMix(opponent, _opponent_name, "opponent")
             self._policy = self._basic.act_values
-            self.opponent_name = "weak"
+            self.opponent_name = self._opponent_mix.choices[0]
+            self._basic.weak = self.opponent_name == "weak"
         elif callable(opponent):
             self._policy = opponent
             self._uses_basic = False
@@ -145,9 +141,9 @@ class HockeyVsOpponentEnv(HockeyEnv):
             if not self._uses_basic and callable(reseed):
                 reseed(opponent_seed)
             self._opponent_seeded = True
-        if self._p_weak is not None:
-            self._basic.weak = bool(self.np_random.random() < self._p_weak)
-            self.opponent_name = "weak" if self._basic.weak else "strong"
+        if self._opponent_mix is not None:
+            self.opponent_name = self._opponent_mix.draw(self.np_random)
+            self._basic.weak = self.opponent_name == "weak"
         return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
