@@ -236,8 +236,17 @@ def run_fit(cwd: Path, *overrides: str) -> dict:
     ("name", "extra"),
     [
         ("tdmpc2_pendulum", ["logger=none"]),
-        # Two envs: a batched plan and interleaved trajectories in the replay buffer; MLflow in tmp_path.
-        ("tdmpc2_hockey", ["env.num_envs=2", "env.eval_num_envs=2", "replay.device=cpu"]),
+        # Two envs: a batched plan and interleaved trajectories in the replay buffer; MLflow in tmp_path;
+        # a curriculum of training modes (evaluation stays NORMAL).
+        (
+            "tdmpc2_hockey",
+            [
+                "env.num_envs=2",
+                "env.eval_num_envs=2",
+                "replay.device=cpu",
+                "env.kwargs.mode={NORMAL: 0.4, TRAIN_SHOOTING: 0.3, TRAIN_DEFENSE: 0.3}",
+            ],
+        ),
     ],
 )
 def test_smoke_fit_through_the_cli(name: str, extra: list[str], tmp_path: Path) -> None:
@@ -259,3 +268,26 @@ def test_smoke_fit_through_the_cli(name: str, extra: list[str], tmp_path: Path) 
     module.load_state_dict(ckpt["state_dict"])
     assert module.planner.num_envs == cfg.env.num_envs
     assert module.planner.prev_mean.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_resume_with_several_envs_starts_new_trajectory_ids(tmp_path: Path) -> None:
+    """A resumed run must not reuse the trajectory ids in its replay buffer: with interleaved envs the
+    slice sampler groups steps by id, so a reused id would join an old trajectory to a new one."""
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from rl_lightning.data.replay import TRAJ_KEY
+
+    common = ["+experiment=tdmpc2_pendulum", *SMOKE, "logger=none", "env.num_envs=2"]
+    first = run_fit(tmp_path, *common)
+    second = run_fit(tmp_path, *[o for o in common if not o.startswith("total_frames")], "total_frames=400",
+                     "ckpt_path=last")  # fmt: skip
+    assert second["run_dir"] == first["run_dir"] and second["frames"] == 400
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000))  # the pendulum experiment's capacity
+    rb.loads(tmp_path / second["run_dir"] / "checkpoints" / "last.ckpt.replay")
+    ids = rb.storage[: len(rb)].get(TRAJ_KEY)
+    old, new = ids[:300], ids[300:]
+    assert len(new) == 100
+    assert new.min() > old.max()
+    # Pendulum episodes last 200 steps: each run's 2 envs are still in their first episode.
+    assert old.unique().numel() == 2 and new.unique().numel() == 2

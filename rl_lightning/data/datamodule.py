@@ -23,7 +23,7 @@ from tensordict import TensorDictBase
 from torchrl.collectors import Collector
 
 from rl_lightning.data.nstep import NStepReturns
-from rl_lightning.data.replay import ReplayConfig, make_replay_buffer, resolve_device
+from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer, resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 __all__ = ["CollectConfig", "ExperienceStream", "RLDataModule"]
@@ -212,7 +212,7 @@ class RLDataModule(L.LightningDataModule):
         # A resumed run continues the seed sequence instead of replaying its first episodes.
         env = make_env(self.env_cfg, seed=self.seed + self.frames)
         storing = resolve_device(self.replay_cfg.device)
-        return Collector(
+        collector = Collector(
             env,
             _Policy(module),
             frames_per_batch=self.collect.frames_per_batch,
@@ -224,6 +224,22 @@ class RLDataModule(L.LightningDataModule):
             trust_policy=True,
             track_traj_ids=self.replay_cfg.slice_len is not None,
         )
+        next_id = self._next_traj_id()
+        if next_id:
+            # A resumed run's trajectories must not reuse the ids of those in the buffer: the sequence
+            # sampler would join a new trajectory to an old one with the same id.
+            collector.load_state_dict(
+                {"frames": 0, "iter": 0, "traj_pool": {"traj_id": torch.tensor(next_id, dtype=torch.int)}},
+                strict=False,
+            )
+        return collector
+
+    def _next_traj_id(self) -> int:
+        """One past the largest trajectory id in the replay buffer (0 when it holds none)."""
+        if self.replay_cfg.slice_len is None or self.replay is None or len(self.replay) == 0:
+            return 0
+        stored = self.replay.storage[: len(self.replay)]
+        return int(stored.get(TRAJ_KEY).max()) + 1
 
     def _random_frames_left(self) -> int | None:
         # The collector rounds random frames up to whole collections; round here so it has no reason to warn.
