@@ -27,7 +27,8 @@ def evaluate_policy(
     Args:
         module: an algorithm module (its ``act_eval`` is used; its train/eval mode is restored after).
         env_cfg: the env to evaluate on (``eval_num_envs`` envs side by side).
-        episodes: how many episodes to count; the first ``episodes`` to finish are kept.
+        episodes: how many episodes to count. With ``n`` envs each env contributes its first
+            ``episodes // n`` (or one more) episodes, so long episodes count as often as short ones.
         seed: the eval envs' seed.
 
     Returns:
@@ -37,6 +38,9 @@ def evaluate_policy(
     if episodes < 1:
         raise ValueError("episodes must be >= 1.")
     n_envs = min(env_cfg.eval_num_envs, episodes)
+    # Each env plays a fixed number of episodes, its first ones. Keeping the first ``episodes`` to finish
+    # across envs instead would favour short episodes (in hockey: goals over draws).
+    quota = [episodes // n_envs + (i < episodes % n_envs) for i in range(n_envs)]
     env = make_env(env_cfg, num_envs=n_envs, seed=seed)
     was_training = module.training
     module.eval()
@@ -49,17 +53,20 @@ def evaluate_policy(
             td = module.act_eval(td.to(module.device)).to("cpu")
             td, td_next = env.step_and_maybe_reset(td)
             nxt = td.get("next")
-            done = nxt.get("done").squeeze(-1)
+            done = nxt.get("done").reshape(n_envs)
             if done.any():
-                returns += nxt.get("episode_reward")[done].squeeze(-1).tolist()
-                lengths += nxt.get("step_count")[done].squeeze(-1).tolist()
+                counted = done.clone()
+                for i in done.nonzero().flatten().tolist():
+                    counted[i] = quota[i] > 0
+                    quota[i] -= 1
+                returns += nxt.get("episode_reward")[counted].reshape(-1).tolist()
+                lengths += nxt.get("step_count")[counted].reshape(-1).tolist()
                 if "winner" in nxt.keys():
-                    winners += nxt.get("winner")[done].squeeze(-1).tolist()
+                    winners += nxt.get("winner")[counted].reshape(-1).tolist()
             td = td_next
     finally:
         env.close()
         module.train(was_training)
-    returns, lengths, winners = returns[:episodes], lengths[:episodes], winners[:episodes]
     mean = sum(returns) / len(returns)
     out = {
         "return_mean": mean,
