@@ -9,12 +9,17 @@ the throughput windows after the warm-up burst), plus the seeding phase and one 
 the short run, times the number of evaluations of the full run.
 
 Usage: python benchmarks/tdmpc2_hockey.py [--frames 100000] [--estimate [--estimate-frames 4000]]
-    [--out benchmarks/results/tdmpc2_hockey.json] [-- extra hydra overrides]
+    [--workdir DIR [--resume]] [--out benchmarks/results/tdmpc2_hockey.json] [-- extra hydra overrides]
+
+With ``--workdir`` the run stays on disk (``DIR/runs``, ``DIR/mlflow.db``, ``DIR/fit.log``), can be
+watched while it trains and, after an interruption, continued with ``--resume``; the wall-clock figure is
+then that of the resumed part only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -84,6 +89,15 @@ def main() -> None:
     parser.add_argument("--estimate", action="store_true", help="short run + extrapolation only")
     parser.add_argument("--estimate-frames", type=int, default=4000)
     parser.add_argument("--out", type=Path, default=RESULTS / "tdmpc2_hockey.json")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the run (checkpoints, MLflow store) here, not in a temp dir",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --workdir from its last checkpoint"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args()
 
@@ -94,12 +108,19 @@ def main() -> None:
         + " ".join(overrides),
         "machine": machine_info(),
     }
+    if args.resume and args.workdir is None:
+        parser.error("--resume needs the --workdir of the interrupted run")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tdmpc2_hockey_") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="tdmpc2_hockey_"))
         if args.estimate:
             result["estimate"] = estimate(args.frames, args.estimate_frames, overrides, Path(tmp))
         else:
-            res = run_fit(EXPERIMENT, [f"total_frames={args.frames}", *overrides], Path(tmp), "fit")
+            resume = ["ckpt_path=last"] if args.resume else []
+            log_name = f"fit-resume-{int(time.time())}" if args.resume else "fit"
+            res = run_fit(
+                EXPERIMENT, [f"total_frames={args.frames}", *overrides, *resume], Path(tmp), log_name
+            )
             metrics = res["metrics"]
             result.update(
                 {

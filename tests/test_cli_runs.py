@@ -19,6 +19,7 @@ TDMPC2_TINY = [
     "replay.batch_size=24", "replay.device=cpu", "algo.model_size=1M", "algo.latent_dim=32",
     "algo.mlp_dim=32", "algo.enc_dim=32", "algo.num_samples=32", "algo.num_elites=4", "algo.num_pi_trajs=2",
     "algo.iterations=2",
+    "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
 ]  # fmt: skip
 #: Experiments whose smoke fit, with checks of their own, is in tests/test_tdmpc2_module.py.
 SMOKED_ELSEWHERE = {"tdmpc2_pendulum", "tdmpc2_hockey"}
