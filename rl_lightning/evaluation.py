@@ -40,7 +40,7 @@ def evaluate_policy(
     n_envs = min(env_cfg.eval_num_envs, episodes)
     # Each env plays a fixed number of episodes, its first ones. Keeping the first ``episodes`` to finish
     # across envs instead would favour short episodes (in hockey: goals over draws).
-    quota = [episodes // n_envs + (i < episodes % n_envs) for i in range(n_envs)]
+    quota = torch.tensor([episodes // n_envs + (i < episodes % n_envs) for i in range(n_envs)])
     env = make_env(env_cfg, num_envs=n_envs, seed=seed)
     was_training = module.training
     module.eval()
@@ -55,10 +55,8 @@ def evaluate_policy(
             nxt = td.get("next")
             done = nxt.get("done").reshape(n_envs)
             if done.any():
-                counted = done.clone()
-                for i in done.nonzero().flatten().tolist():
-                    counted[i] = quota[i] > 0
-                    quota[i] -= 1
+                counted = done & (quota > 0)
+                quota -= done.long()
                 returns += nxt.get("episode_reward")[counted].reshape(-1).tolist()
                 lengths += nxt.get("step_count")[counted].reshape(-1).tolist()
                 if "winner" in nxt.keys():
