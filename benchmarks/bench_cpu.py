@@ -1,7 +1,7 @@
 """Speed of each optimization callback on this CPU: ``python -m rl_lightning bench`` for the CPU experiments.
 
 For each experiment it runs the real ``bench`` command (baseline without callbacks, each callback alone,
-the ``fast`` preset; GPU-only callbacks are reported as n/a; method in ``rl_lightning/bench.py``) and
+the ``fast`` preset; GPU-only callbacks are reported as n/a; method in ``rl_lightning/cli/bench/``) and
 writes ``benchmarks/results/bench_cpu_<experiment>.json`` with the table and the machine it ran on. The run
 itself (each variant's process log, ``bench_results.json``) lands in ``runs/<experiment>/`` and MLflow's
 ``mlflow.db`` of the working directory, as for any run.

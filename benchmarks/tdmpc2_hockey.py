@@ -41,8 +41,8 @@ def time_one_evaluation(run_dir: Path) -> float:
     import torch
     from omegaconf import OmegaConf
 
-    from rl_lightning.commands import CONFIG_KEY, build_module, env_config
-    from rl_lightning.evaluation import evaluate_variants
+    from rl_lightning.cli.run import CONFIG_KEY, build_module, env_config
+    from rl_lightning.training.evaluation import evaluate_variants
 
     torch.set_num_threads(1)
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)

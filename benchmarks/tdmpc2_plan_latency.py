@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tdmpc2_pendulum import RESULTS, machine_info
 
 from rl_lightning.cli import compose
-from rl_lightning.commands import build_module, env_config
+from rl_lightning.cli.run import build_module, env_config
 
 
 def latency(size: str, device: str, num_envs: int, calls: int, warmup: int) -> dict[str, object]:

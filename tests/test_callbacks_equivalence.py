@@ -32,7 +32,7 @@ from tensordict import TensorDict, TensorDictBase
 from callbacks import FusedOptimizer, MixedPrecision, TorchCompile
 from callbacks._protocol import restore_hot_paths, wrap_hot_path
 from rl_lightning.cli import compose
-from rl_lightning.commands import build_module, env_config
+from rl_lightning.cli.run import build_module, env_config
 
 K = 4  # updates (and act calls) per run
 ACT_N = 32  # observations per act call
@@ -41,13 +41,16 @@ ACT_N = 32  # observations per act call
 # 5e-8 (TD-MPC2), actions identical; compile vs eager (DQN): below 1e-6. The bound leaves room for other
 # CPUs' kernels.
 EXACT_ATOL = 1e-5
-# bf16, measured: the first update's losses within 0.08% (DQN) and 0.2% (TD-MPC2's world model) of float32's;
-# the parameter change of 4 Adam steps within 5% (DQN) and 24% (TD-MPC2: Adam turns small, sign-flipped
-# gradients into full steps) relative; 99% of DQN's actions equal (greedy ones flip on near-ties);
-# TD-MPC2's plans differ by 10% of the action range on average. The bounds allow about 2x to 20x that.
+# bf16, measured: the first update's losses within 0.08% (DQN) and 0.2% (TD-MPC2's world model) of float32's,
+# TD-MPC2's world-model losses within 0.3% at every one of the 4 updates; the parameter change of 4 Adam
+# steps within 5% relative (DQN). TD-MPC2's change is 31% off in norm (Adam turns small, sign-flipped
+# gradients into full steps) but points the same way: cosine 0.957, and 99.3% of the changes larger than
+# the median have float32's sign. 99% of DQN's actions equal (greedy ones flip on near-ties); TD-MPC2's plans
+# differ by 10% of the action range on average. The bounds allow about 2x to 20x that.
 BF16_FIRST_LOSS = 0.02
 BF16_REL = 0.15
-BF16_REL_TDMPC2 = 0.5
+BF16_COSINE_TDMPC2 = 0.9
+BF16_SIGNS_TDMPC2 = 0.97
 BF16_ACTIONS = 0.9
 BF16_PLAN_GAP = 0.25
 
@@ -143,6 +146,18 @@ def relative_change_error(ref: Result, other: Result) -> float:
     return ((delta - delta_ref).norm() / delta_ref.norm()).item()
 
 
+def change_agreement(ref: Result, other: Result) -> tuple[float, float]:
+    """Cosine between the parameter changes of two runs, and the share of ``ref``'s larger-than-median
+    changes that ``other`` made with the same sign."""
+    keys = [k for k, v in ref.before.items() if v.is_floating_point() and not torch.equal(v, ref.after[k])]
+    delta_ref = torch.cat([(ref.after[k] - ref.before[k]).double().flatten() for k in keys])
+    delta = torch.cat([(other.after[k] - other.before[k]).double().flatten() for k in keys])
+    cosine = torch.nn.functional.cosine_similarity(delta_ref, delta, dim=0).item()
+    big = delta_ref.abs() > delta_ref.abs().median()
+    signs = (delta_ref.sign() == delta.sign())[big].double().mean().item()
+    return cosine, signs
+
+
 def metrics_rel_diff(ref: Result, other: Result, step: int, keys: list[str]) -> float:
     """Largest relative difference between the metrics ``keys`` of update ``step``."""
     a, b = ref.metrics[step], other.metrics[step]
@@ -169,7 +184,6 @@ DQN = [
     "device=cpu",
     "algo.eps_start=0.3",  # a fixed exploration rate: random and greedy actions both exercised
     "algo.eps_end=0.3",
-    "algo.log_every_n_updates=1000",
     "algo.hard_update_every=2",  # a target copy inside the K updates
 ]
 
@@ -231,7 +245,6 @@ TDMPC2 = [
     "algo.num_elites=4",
     "algo.num_pi_trajs=4",
     "algo.iterations=2",
-    "algo.log_every_n_updates=1000",
 ]
 
 
@@ -239,7 +252,7 @@ def tdmpc2_data(module: torch.nn.Module) -> tuple[list, list]:
     g = torch.Generator().manual_seed(321)
     h, n_slices = module.horizon, 8
     obs_dim, act_dim = int(module.obs_shape[0]), module.action_dim
-    low, high = module.action_bias - module.action_scale, module.action_bias + module.action_scale
+    low, high = module.actions.bias - module.actions.scale, module.actions.bias + module.actions.scale
 
     def batch() -> TensorDict:
         obs = torch.randn(n_slices, h + 1, obs_dim, generator=g)
@@ -288,11 +301,13 @@ def test_tdmpc2_bf16_close(tdmpc2_reference: Result) -> None:
     ref, low = tdmpc2_reference, run(TDMPC2, tdmpc2_data, [MixedPrecision("bf16")])
     # The world-model losses; the policy's entropy terms sum bf16 log-probabilities (about 10% off).
     world_model = ["consistency_loss", "reward_loss", "value_loss", "total_loss", "grad_norm"]
-    assert metrics_rel_diff(ref, low, step=0, keys=world_model) < BF16_FIRST_LOSS
-    assert relative_change_error(ref, low) < BF16_REL_TDMPC2
-    scale = ref.before["action_scale"]
+    for step in range(K):  # every update starts from the bf16 run's own parameters
+        assert metrics_rel_diff(ref, low, step=step, keys=world_model) < BF16_FIRST_LOSS
+    cosine, signs = change_agreement(ref, low)
+    assert cosine > BF16_COSINE_TDMPC2 and signs > BF16_SIGNS_TDMPC2, (cosine, signs)
+    scale = ref.before["actions.scale"]
     for action in low.actions:
-        assert ((action - ref.before["action_bias"]).abs() <= scale + 1e-6).all()
+        assert ((action - ref.before["actions.bias"]).abs() <= scale + 1e-6).all()
     # MPPI keeps the top-k sampled sequences: rounding changes which win, so plans are compared loosely.
     gap = torch.stack([(a - b).abs().mean() for a, b in zip(ref.actions, low.actions)]).mean()
     assert gap / (2 * scale.max()) < BF16_PLAN_GAP

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rl_lightning.algos.base import RLModule
 from rl_lightning.cli import compose, experiments, main
-from rl_lightning.commands import build_run
+from rl_lightning.cli.run import build_run
 
 EXPERIMENTS = sorted(experiments())
 
@@ -21,8 +22,12 @@ def test_experiment_composes_and_instantiates(name: str, tmp_path, monkeypatch):
     assert cfg.name == name
     run = build_run(cfg)
     assert run.datamodule.collect.total_frames == cfg.total_frames
-    assert sum(p.numel() for p in run.module.parameters()) > 0
+    assert type(run.module).__name__ == cfg.algo._target_.rsplit(".", 1)[-1]
+    assert isinstance(run.module, RLModule)
     assert {"update", "act"} <= set(run.module.hot_paths)
+    # The data module's sampler follows the algorithm's replay requirements.
+    needs = run.module.replay_requirements()
+    assert run.datamodule.replay_cfg.slice_len == needs.slice_len
     # Hydra never hands a DictConfig to a module (it breaks torch.compile).
     assert not any(type(v).__module__.startswith("omegaconf") for v in vars(run.module).values())
 
@@ -49,7 +54,7 @@ def test_group_and_short_overrides_reach_the_objects(tmp_path, monkeypatch):
 
 
 def test_hockey_curriculum_override_reaches_the_envs_and_not_the_evaluation(tmp_path, monkeypatch):
-    from rl_lightning.commands import env_config
+    from rl_lightning.cli.run import env_config
     from rl_lightning.envs import make_env
     from rl_lightning.envs.hockey import Mode
 

@@ -147,3 +147,24 @@ def test_rejects_continuous_actions_with_a_clear_message():
     obs, _ = specs()
     with pytest.raises(IncompatibleEnvError, match="discrete action space"):
         DQN(obs, Bounded(-1.0, 1.0, shape=(1, 2)))
+
+
+def test_prioritized_update_returns_abs_td_errors_of_the_sampled_rows():
+    gamma = 0.9
+    m = make(gamma=gamma, target_update="hard", hard_update_every=1000)
+    with torch.no_grad():
+        for p in m.loss_module.target_value_network_params.values(True, True):
+            p.add_(0.1 * torch.randn_like(p))
+    td = batch()
+    td["index"] = torch.arange(100, 100 + B)
+    td["priority_weight"] = torch.ones(B)
+    with torch.no_grad():
+        q = m.q_values(td["observation"]).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
+        with m.loss_module.target_value_network_params.to_module(m.qnet):
+            nxt = m.q_values(td["next", "observation"]).max(-1).values
+        y = td["next", "reward"].squeeze(-1) + gamma * (~td["next", "terminated"].squeeze(-1)).float() * nxt
+    out = m.update(td)
+    assert torch.equal(out["priority", "index"], td["index"])
+    torch.testing.assert_close(out["priority", "value"], (q - y).abs(), rtol=1e-5, atol=1e-6)
+    # A uniform sample carries no priorities.
+    assert "priority" not in m.update(batch(2)).keys()

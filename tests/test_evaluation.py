@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rl_lightning.envs.factory import EnvConfig
-from rl_lightning.evaluation import evaluate_policy
+from rl_lightning.training.evaluation import evaluate_policy
 
 ENV_ID = "RLLightningTest/SeedLength-v0"
 

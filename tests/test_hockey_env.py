@@ -325,10 +325,20 @@ def test_human_mode_window(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("pygame")
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
     monkeypatch.setenv("SDL_AUDIODRIVER", "dummy")
+    import pygame
+
     env = HockeyEnv(render_mode="human")
-    env.reset(seed=0)
-    env.step(np.zeros(8, dtype=np.float32))
+    twin = HockeyEnv(render_mode="rgb_array")
+    action = np.full(8, 0.5, dtype=np.float32)
+    for e in (env, twin):
+        e.reset(seed=0)
+        e.step(action)
+    # The window shows exactly the frame the rgb_array renderer draws for the same state.
+    shown = pygame.surfarray.array3d(pygame.display.get_surface()).swapaxes(0, 1)
+    assert shown.shape == (480, 600, 3)
+    np.testing.assert_array_equal(shown, twin.render())
     env.close()
+    assert not pygame.display.get_init()
 
 
 def test_bad_render_mode() -> None:

@@ -69,3 +69,102 @@ def test_import_callbacks_resolves_to_this_repository() -> None:
     location = Path(module.__file__).resolve()
     assert location.is_relative_to(ROOT), f"`import callbacks` found {location}, not this repository's"
     assert location.parent == ROOT / "callbacks"
+
+
+# ------------------------------------------------------------------------------- inside rl_lightning
+PACKAGE = ROOT / "rl_lightning"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: {rl_lightning modules it imports}}``, function-level imports included.
+
+    ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg``.
+    """
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.startswith("rl_lightning"))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join([*base, node.module] if node.module else base)
+                else:
+                    target = node.module or ""
+                if not target.startswith("rl_lightning"):
+                    continue
+                for alias in node.names:
+                    deps.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module"
+            ):
+                continue  # the CLI's lazy command table; its targets are the command modules
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep) :], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_import_graph_finds_the_modules() -> None:
+    graph = import_graph()
+    assert "rl_lightning.cli.run" in graph["rl_lightning.cli.fit"]
+    assert "rl_lightning.algos.base" in graph["rl_lightning.algos.dqn"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycle_in_rl_lightning() -> None:
+    cycle = _cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cli_sits_on_top() -> None:
+    """Nothing outside ``rl_lightning.cli`` imports it (the entry point ``__main__`` aside)."""
+    offenders = {
+        module: sorted(d for d in deps if d.startswith("rl_lightning.cli"))
+        for module, deps in import_graph().items()
+        if not module.startswith("rl_lightning.cli") and module != "rl_lightning.__main__"
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_algorithms_know_neither_the_data_module_nor_the_training_loop() -> None:
+    offenders = {
+        module: sorted(d for d in deps if d.split(".")[1] in ("data", "training", "cli"))
+        for module, deps in import_graph().items()
+        if module.startswith("rl_lightning.algos")
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}
+    for path in (PACKAGE / "algos").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "datamodule" not in text and "trainer." not in text, f"{path} reaches across the protocol"

@@ -16,8 +16,8 @@ from rl_lightning.algos.tdmpc2 import (
     TDMPC2Loss,
     WorldModel,
     batch_from_tensordict,
-    build_optimizers,
     discount_from_episode_length,
+    model_param_groups,
 )
 from rl_lightning.algos.tdmpc2 import math as tdm
 from rl_lightning.algos.tdmpc2.world_model import PolicyOutput
@@ -226,7 +226,7 @@ def test_size_presets_parameter_counts(size: int, low: float, high: float) -> No
 
 def test_target_moves_only_by_polyak() -> None:
     model = small_model()
-    optim, _ = build_optimizers(model)
+    optim = torch.optim.Adam(model_param_groups(model, 3e-4, 0.3), lr=3e-4)
     assert optim.param_groups[0]["lr"] == pytest.approx(0.3 * 3e-4)
     target_before = [p.clone() for p in model.target_q_nets.parameters()]
     loss = TDMPC2Loss(discount=0.99).model_loss(model.train(), random_batch()).loss

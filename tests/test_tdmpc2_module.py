@@ -16,7 +16,7 @@ from tensordict import TensorDict
 
 from rl_lightning.algos.tdmpc2 import TDMPC2
 from rl_lightning.algos.tdmpc2.module import parse_model_size
-from rl_lightning.commands import CONFIG_KEY, build_module, env_config
+from rl_lightning.cli.run import CONFIG_KEY, build_module, env_config
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 TINY = {"latent_dim": 32, "mlp_dim": 32, "enc_dim": 32}
@@ -60,7 +60,7 @@ def slices(module: TDMPC2, n_slices: int = 8, terminal: bool = False) -> TensorD
     term = torch.zeros(n_slices, H, 1, dtype=torch.bool)
     if terminal:
         term[::2, -1] = True
-    low, high = module.action_bias - module.action_scale, module.action_bias + module.action_scale
+    low, high = module.actions.bias - module.actions.scale, module.actions.bias + module.actions.scale
     td = TensorDict(
         {
             "observation": obs[:, :-1],
@@ -88,7 +88,7 @@ def test_presets_discount_and_bad_args() -> None:
     model_opt, pi_opt = module.optimizers()
     assert model_opt.param_groups[0]["lr"] == pytest.approx(0.3 * 3e-4)  # encoder at 0.3x
     assert model_opt.param_groups[1]["lr"] == pytest.approx(3e-4) and pi_opt.defaults["eps"] == 1e-5
-    torch.testing.assert_close(module.action_scale, torch.tensor([2.0]))  # Pendulum: [-2, 2]
+    torch.testing.assert_close(module.actions.scale, torch.tensor([2.0]))  # Pendulum: [-2, 2]
     obs_spec, _ = specs()
     with pytest.raises(ValueError, match="bounded continuous"):
         TDMPC2(obs_spec, specs("CartPole-v1")[1], model_size="1M", **TINY)
@@ -188,8 +188,8 @@ def test_state_dict_round_trip_includes_planner_and_scale() -> None:
         module.update(slices(module))
     module.act(obs_td(module, 2))
     state = module.state_dict()
-    assert {"planner.prev_mean", "loss_fn.scale.value", "frames", "action_scale"} <= set(state)
-    assert state["planner.prev_mean"].abs().sum() > 0
+    assert {"planner.warm_start.value", "loss_fn.scale.value", "frames", "actions.scale"} <= set(state)
+    assert state["planner.warm_start.value"].abs().sum() > 0
     buf = io.BytesIO()
     torch.save(state, buf)
     buf.seek(0)
@@ -217,7 +217,7 @@ SMOKE = [
     "algo.num_elites=4",
     "algo.num_pi_trajs=2",
     "algo.iterations=2",
-    "algo.log_every_n_updates=50",
+    "log_every_n_updates=50",
 ]
 
 

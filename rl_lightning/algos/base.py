@@ -1,20 +1,39 @@
-"""The base LightningModule of every algorithm: manual optimization around the hot-path protocol.
+"""The algorithm protocol: what every algorithm offers the data path, the trainer and the callbacks.
 
-The protocol (see DESIGN.md) that optimization callbacks rely on:
+An algorithm is an :class:`RLModule`, a ``LightningModule`` with manual optimization and four methods:
 
-* ``update(batch) -> TensorDict``: one full gradient step, returning detached metrics;
-* ``act(td) -> TensorDict``: the exploring policy used for collection (writes ``"action"``);
-* ``hot_paths``: the names of those methods (callbacks replace them on the instance);
-* ``optimizer_kwargs``: merged into every optimizer constructor (``fused``, ``capturable``, ...);
-* ``cuda_graph_safe``: the hot paths that may be captured as CUDA graphs.
+* ``update(batch) -> TensorDict``: one full gradient step on a replay sample (losses, backward, optimizer
+  steps, target update). It returns detached scalar metrics and, with prioritized replay, the new
+  priorities under ``"priority"`` (``index`` and ``value``, one per sampled row; see
+  :func:`priority_feedback`). It never reaches into the trainer or the data module: the data path applies
+  the priorities and the training loop logs the metrics (``rl_lightning.training.feedback``).
+* ``act(td) -> TensorDict``: the exploring policy for all training envs at once (writes ``"action"`` and
+  any per-step keys the algorithm stores, such as an option index), called by the collector.
+* ``act_eval(td) -> TensorDict``: the deterministic policy, for evaluation and export.
+* ``replay_requirements() -> ReplayRequirements``: what the algorithm needs from the replay buffer. The
+  data module derives its sampler from it, and a replay config that contradicts it is an error.
 
-Subclasses implement ``update``, ``act``, ``act_eval`` (deterministic, for evaluation) and
-``configure_optimizers`` (through :meth:`make_optimizer`).
+The data path tells the module how many frames have been collected (:meth:`RLModule.set_frames`, an
+in-place fill of a device buffer, so schedules over frames need no host sync). Per-env state carried
+between steps (a warm-start plan, the active option) lives in the module and is reset by the
+episode-start mask of the observations (:func:`rl_lightning.algos.common.episode_start`).
+
+For the optimization callbacks (``callbacks/``, duck-typed, see ``callbacks._protocol``):
+
+* ``hot_paths``: the methods they may wrap (``update`` and ``act``): static shapes, no host syncs;
+* ``cuda_graph_safe``: the hot paths that may be captured as CUDA graphs;
+* ``optimizer_kwargs``: merged into every optimizer built with :meth:`RLModule.make_optimizer`
+  (``fused``, ``capturable``).
+
+Work that happens every k-th update (a delayed actor step, a target copy) is scheduled on the host by
+the update count, never by a Python branch on a tensor. With every callback off the algorithm is correct.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -22,60 +41,127 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import TensorSpec
 
-from rl_lightning.metrics import log_metrics
+__all__ = [
+    "PRIORITY_KEY",
+    "IncompatibleEnvError",
+    "RLModule",
+    "ReplayRequirements",
+    "priority_feedback",
+]
 
-__all__ = ["IncompatibleEnvError", "RLModule"]
+#: Key of the sub-TensorDict of ``update``'s output that carries new replay priorities.
+PRIORITY_KEY = "priority"
 
 
 class IncompatibleEnvError(ValueError):
     """The algorithm does not fit the environment (for example DQN on continuous actions)."""
 
 
-class RLModule(L.LightningModule):
-    """Base class: frame counter, logging every N updates, PER priority write-back.
+@dataclass(frozen=True)
+class ReplayRequirements:
+    """What an algorithm needs from the replay buffer (see :func:`rl_lightning.data.replay.resolve_replay`).
+
+    Attributes:
+        slice_len: ``None``: independent transitions. ``L``: sub-trajectories of ``L`` consecutive steps
+            (a TorchRL row is a whole transition, so ``L`` rows carry ``L + 1`` observations; TD-MPC2 asks
+            for its horizon). ``replay.slice_len`` follows it when unset and must equal it when set.
+        discount: the discount of the algorithm's TD targets; n-step returns are summed with it.
+        n_step: the algorithm accepts n-step transitions (it bootstraps with
+            ``discount ** steps_to_next_obs``), so ``replay.n_step > 1`` is allowed.
+        prioritized: the algorithm reads ``priority_weight`` and returns priorities, so
+            ``replay.prioritized`` is allowed.
+        extra_keys: keys that ``act`` writes beside ``"action"`` and ``update`` reads back from the
+            replay (for example the active option); the data module checks that collected data has them.
+    """
+
+    slice_len: int | None = None
+    discount: float | None = None
+    n_step: bool = False
+    prioritized: bool = False
+    extra_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.slice_len is not None and self.slice_len < 1:
+            raise ValueError(f"slice_len={self.slice_len} must be >= 1 or None.")
+        if self.n_step and self.discount is None:
+            raise ValueError("an algorithm that accepts n-step returns must state its discount.")
+        if self.slice_len is not None and (self.n_step or self.prioritized):
+            raise ValueError(
+                "sub-trajectory sampling goes with neither n-step returns nor prioritized replay."
+            )
+
+
+def priority_feedback(
+    metrics: TensorDictBase, batch: TensorDictBase, td_error: torch.Tensor
+) -> TensorDictBase:
+    """Adds the new priorities ``|td_error|`` to ``update``'s output when ``batch`` is a prioritized sample.
+
+    Args:
+        metrics: the update's output (scalars).
+        batch: the replay sample ``[B]``; prioritized samples carry ``index`` and ``priority_weight``.
+        td_error: ``[B]`` (or ``[B, 1]``) absolute TD errors.
+
+    Returns:
+        ``metrics``, with ``metrics["priority"] = {index [B], value [B]}`` for a prioritized sample.
+    """
+    if "priority_weight" in batch.keys():
+        index = batch.get("index")
+        metrics.set(
+            PRIORITY_KEY,
+            TensorDict(
+                {"index": index, "value": td_error.detach().reshape(index.shape)}, batch_size=index.shape
+            ),
+        )
+    return metrics
+
+
+class RLModule(L.LightningModule, ABC):
+    """Base of every algorithm: the protocol above plus manual-optimization helpers.
 
     Args:
         observation_spec: the env's observation spec (batch dims included; the last dims are the shape).
         action_spec: the env's action spec.
-        log_every_n_updates: log the update metrics every this many updates (one host sync each time).
     """
 
     hot_paths: tuple[str, ...] = ("update", "act")
     cuda_graph_safe: tuple[str, ...] = ()
 
-    def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec, log_every_n_updates: int = 100):
+    def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec) -> None:
         super().__init__()
-        if log_every_n_updates < 1:
-            raise ValueError("log_every_n_updates must be >= 1.")
         self.automatic_optimization = False
         self.observation_spec = observation_spec
         self.action_spec = action_spec
-        self.log_every_n_updates = log_every_n_updates
         self.optimizer_kwargs: dict[str, Any] = {}
         # Frames seen so far, on the module's device, so schedules need no host sync.
         self.register_buffer("frames", torch.zeros((), dtype=torch.float32))
-        self._updates_since_log = 0
         self._standalone_optimizers: list[torch.optim.Optimizer] | None = None
 
     # ------------------------------------------------------------------ protocol
+    @abstractmethod
     def update(self, batch: TensorDictBase) -> TensorDictBase:
-        raise NotImplementedError
+        """One gradient step on a replay sample; returns detached scalar metrics (and priorities)."""
 
+    @abstractmethod
     def act(self, td: TensorDictBase) -> TensorDictBase:
-        raise NotImplementedError
+        """The exploring policy for the ``[N]`` training envs; writes ``"action"`` into ``td``."""
 
+    @abstractmethod
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
-        raise NotImplementedError
+        """The deterministic policy for any number of envs ``[N]``; writes ``"action"`` into ``td``."""
+
+    @abstractmethod
+    def replay_requirements(self) -> ReplayRequirements:
+        """What this algorithm needs from the replay buffer."""
+
+    def set_frames(self, frames: int) -> None:
+        """Called by the data path after each collection (an in-place fill: no sync, graph-safe)."""
+        self.frames.fill_(float(frames))
 
     # ------------------------------------------------------------------ helpers
     @property
     def obs_shape(self) -> torch.Size:
         """Shape of one observation (without the env batch dimension)."""
         return self.observation_spec["observation"].shape[1:]
-
-    def set_frames(self, frames: int) -> None:
-        """Called by the data module after each collection (an in-place fill: no sync, graph-safe)."""
-        self.frames.fill_(float(frames))
 
     def optimizer(self, index: int = 0) -> torch.optim.Optimizer:
         """The ``index``-th optimizer: Lightning's wrapper under a Trainer, else the module's own.
@@ -105,50 +191,8 @@ class RLModule(L.LightningModule):
             lr = torch.tensor(lr)
         return torch.optim.Adam(params, lr=lr, **kwargs)
 
-    def extra_train_metrics(self) -> dict[str, torch.Tensor]:
-        """Metrics logged with the update metrics (for example epsilon)."""
-        return {}
-
     # ------------------------------------------------------------------ Lightning hooks
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> None:
-        metrics = self.update(batch)
-        if "td_error" in batch.keys() and "priority_weight" in batch.keys():
-            # Prioritized replay: the loss wrote |TD error| into the batch; feed it back as priorities.
-            self.trainer.datamodule.replay.update_priority(batch.get("index"), batch.get("td_error"))
-        self._updates_since_log += 1
-        if self._updates_since_log >= self.log_every_n_updates:
-            self._updates_since_log = 0
-            self._log_train(metrics)
-
-    def _log_train(self, metrics: TensorDictBase) -> None:
-        dm = self.trainer.datamodule
-        out: dict[str, Any] = {f"train/{k}": v for k, v in metrics.items()}
-        out.update({f"train/{k}": v for k, v in self.extra_train_metrics().items()})
-        out.update(self._episode_metrics())
-        log_metrics(self.trainer, out, dm.frames)
-
-    def _episode_metrics(self) -> dict[str, float]:
-        dm = self.trainer.datamodule
-        out: dict[str, float] = {"train/episodes": dm.episodes}
-        episodes = dm.pop_episodes()
-        if episodes:
-            out["train/episode_return"] = sum(r for r, _ in episodes) / len(episodes)
-            out["train/episode_length"] = sum(n for _, n in episodes) / len(episodes)
-        return out
-
-    def on_train_epoch_end(self) -> None:
-        # Episodes that finished after the last logging interval are not lost at the end of the run.
-        dm = self.trainer.datamodule
-        if dm is not None and hasattr(dm, "pop_episodes"):
-            log_metrics(self.trainer, self._episode_metrics(), dm.frames)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["updates_since_log"] = self._updates_since_log
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._updates_since_log = checkpoint.get("updates_since_log", 0)
-
-    @staticmethod
-    def empty_metrics(device: torch.device) -> TensorDict:
-        """An empty metrics TensorDict on ``device``."""
-        return TensorDict({}, batch_size=[], device=device)
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
+        # The output reaches the callbacks' on_train_batch_end as ``outputs``: the feedback callback
+        # applies its priorities and logs its metrics.
+        return self.update(batch)

@@ -17,7 +17,8 @@ from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
 
-from rl_lightning.algos.base import IncompatibleEnvError, RLModule
+from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.common import LinearSchedule, polyak_update
 
 __all__ = ["DQN", "DuelingHead"]
 
@@ -74,7 +75,6 @@ class DQN(RLModule):
         eps_end: final exploration rate.
         eps_decay_frames: frames over which epsilon decays linearly.
         grad_clip: max gradient norm (``None``: no clipping).
-        log_every_n_updates: logging interval in updates.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -96,9 +96,8 @@ class DQN(RLModule):
         eps_end: float = 0.05,
         eps_decay_frames: int = 10_000,
         grad_clip: float | None = 10.0,
-        log_every_n_updates: int = 100,
     ) -> None:
-        super().__init__(observation_spec, action_spec, log_every_n_updates)
+        super().__init__(observation_spec, action_spec)
         if not isinstance(action_spec, Categorical):
             raise IncompatibleEnvError(
                 f"DQN needs a discrete action space, but the env's actions are {type(action_spec).__name__} "
@@ -111,7 +110,9 @@ class DQN(RLModule):
         if loss not in ("l2", "smooth_l1"):
             raise ValueError(f"loss must be 'l2' or 'smooth_l1', got {loss!r}.")
         if not 0.0 <= eps_end <= eps_start <= 1.0:
-            raise ValueError("need 0 <= eps_end <= eps_start <= 1.")
+            raise ValueError(f"need 0 <= algo.eps_end ({eps_end}) <= algo.eps_start ({eps_start}) <= 1.")
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
         self.n_actions = int(action_spec.space.n)
         obs_dim = int(torch.Size(self.obs_shape).numel())
@@ -139,18 +140,17 @@ class DQN(RLModule):
         # keeps its counter outside the state dict and branches in Python, which a CUDA graph cannot hold.
         self.target_updater = SoftUpdate(self.loss_module, tau=tau) if target_update == "soft" else None
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
-        self.register_buffer("eps_bounds", torch.tensor([eps_start, eps_end]))
+        self.epsilon_schedule = LinearSchedule(eps_start, eps_end, eps_decay_frames)
         self._params_cache: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
-    # ------------------------------------------------------------------ exploration
+    # ------------------------------------------------------------------ protocol
+    def replay_requirements(self) -> ReplayRequirements:
+        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
+        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+
     def epsilon(self) -> torch.Tensor:
         """Linear epsilon schedule over frames, computed on the module's device."""
-        start, end = self.eps_bounds[0], self.eps_bounds[1]
-        frac = (self.frames / float(self.hparams.eps_decay_frames)).clamp(max=1.0)
-        return start + (end - start) * frac
-
-    def extra_train_metrics(self) -> dict[str, torch.Tensor]:
-        return {"epsilon": self.epsilon()}
+        return self.epsilon_schedule(self.frames)
 
     # ------------------------------------------------------------------ hot paths
     def q_values(self, observation: torch.Tensor) -> torch.Tensor:
@@ -172,7 +172,12 @@ class DQN(RLModule):
         return td
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
-        """One Q-learning step on ``batch`` (``[B]`` transitions); writes ``td_error`` for PER."""
+        """One Q-learning step on ``batch`` (``[B]`` transitions).
+
+        Returns:
+            ``loss``, ``grad_norm`` and ``epsilon`` (scalars) and, for a prioritized sample, the new
+            priorities ``|TD error|`` under ``"priority"``.
+        """
         opt = self.optimizer()
         losses = self.loss_module(batch)
         loss = losses.get("loss")
@@ -185,7 +190,11 @@ class DQN(RLModule):
         opt.step()
         self.num_updates.add_(1)
         self._update_target()
-        return TensorDict({"loss": loss.detach(), "grad_norm": grad_norm.detach()}, batch_size=[])
+        metrics = TensorDict(
+            {"loss": loss.detach(), "grad_norm": grad_norm.detach(), "epsilon": self.epsilon()}, batch_size=[]
+        )
+        # TorchRL's DQNLoss writes the squared TD error; PER's priorities are |TD error|.
+        return priority_feedback(metrics, batch, batch.get("td_error").sqrt())
 
     def _param_lists(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         # Walking the TensorDictParams costs more than the update of a small net on a CPU: cache the
@@ -207,8 +216,7 @@ class DQN(RLModule):
             return
         copy = (self.num_updates % self.hparams.hard_update_every == 0).float()
         sources, targets = self._param_lists()
-        for tgt, src in zip(targets, sources):
-            tgt.data.lerp_(src.data, copy)
+        polyak_update(targets, sources, copy)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.make_optimizer(self.loss_module.value_network_params.values(True, True), self.hparams.lr)

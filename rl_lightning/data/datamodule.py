@@ -22,8 +22,15 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector
 
+from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.nstep import NStepReturns
-from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer, resolve_device
+from rl_lightning.data.replay import (
+    TRAJ_KEY,
+    ReplayConfig,
+    make_replay_buffer,
+    resolve_device,
+    resolve_replay,
+)
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 __all__ = ["CollectConfig", "ExperienceStream", "RLDataModule"]
@@ -102,12 +109,18 @@ class ExperienceStream:
 class RLDataModule(L.LightningDataModule):
     """Owns the training env, the TorchRL collector, the replay buffer and the frame budget.
 
+    The replay buffer's sampler follows the algorithm's :class:`ReplayRequirements` (slices or transitions,
+    n-step discount); a replay config that contradicts them fails here, before anything runs. The data
+    module is the algorithm's only source of data and the loop's source of frame and episode counts; the
+    algorithm's feedback (new priorities) comes back through :meth:`update_priority`.
+
     Args:
         env: the env config (training envs; evaluation builds its own from the same config).
-        replay: the replay buffer config.
+        replay: the replay buffer config (``slice_len`` may be unset: it follows ``requirements``).
         collect: frame budget, collection size, warm-up and update-to-data ratio.
+        requirements: what the algorithm needs from the replay (its ``replay_requirements()``).
         seed: the run's seed (env ``i`` gets ``seed + i``; a resumed run reseeds from the frame count).
-        gamma: the discount for n-step returns (ignored when ``replay.n_step == 1``).
+        algorithm: the algorithm's name, for error messages.
 
     Resumable state (``state_dict``): the frame and update counters, episode statistics and the global
     RNG states. The replay buffer is saved beside the checkpoint by the checkpoint callback
@@ -115,14 +128,20 @@ class RLDataModule(L.LightningDataModule):
     """
 
     def __init__(
-        self, env: EnvConfig, replay: ReplayConfig, collect: CollectConfig, seed: int = 0, gamma: float = 0.99
+        self,
+        env: EnvConfig,
+        replay: ReplayConfig,
+        collect: CollectConfig,
+        requirements: ReplayRequirements,
+        seed: int = 0,
+        algorithm: str = "the algorithm",
     ) -> None:
         super().__init__()
         self.env_cfg = env
-        self.replay_cfg = replay
+        self.requirements = requirements
+        self.replay_cfg = resolve_replay(replay, requirements, algorithm)
         self.collect = collect
         self.seed = seed
-        self.gamma = gamma
         self.frames = 0
         self.updates = 0
         self.owed_updates = 0
@@ -131,7 +150,7 @@ class RLDataModule(L.LightningDataModule):
         self._burst_done = False
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.replay = None
-        self.nstep = NStepReturns(replay.n_step, gamma) if replay.n_step > 1 else None
+        self.nstep = NStepReturns(replay.n_step, requirements.discount) if replay.n_step > 1 else None
         self._pending_episodes: list[tuple[float, int]] = []
         self.resume_replay_from: str | None = None
 
@@ -249,6 +268,13 @@ class RLDataModule(L.LightningDataModule):
 
     def add_frames(self, batch: TensorDictBase) -> None:
         """Counts a collected batch ``[num_envs, T]``, records finished episodes and extends the buffer."""
+        if self.requirements.extra_keys and self.frames >= self.collect.warmup_frames:
+            missing = [k for k in self.requirements.extra_keys if k not in batch.keys(True)]
+            if missing:
+                raise KeyError(
+                    f"the algorithm's act must write {missing} (declared in its replay requirements) "
+                    "into the collected data."
+                )
         done = batch.get(("next", "done")).squeeze(-1)
         if done.any():
             returns = batch.get(("next", "episode_reward"))[done].squeeze(-1).tolist()
@@ -274,6 +300,12 @@ class RLDataModule(L.LightningDataModule):
         n = int(self._update_credit)
         self._update_credit -= n
         return n
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """New priorities for the sampled rows ``index`` (what a prioritized ``update`` returned)."""
+        if not self.replay_cfg.prioritized:
+            raise RuntimeError("update_priority on a replay buffer that is not prioritized.")
+        self.replay.update_priority(index, priority)
 
     def pop_episodes(self) -> list[tuple[float, int]]:
         """Episodes (return, length) finished since the last call."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
+from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
 
-__all__ = ["ReplayConfig", "make_replay_buffer", "resolve_device"]
+__all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_device", "resolve_replay"]
 
 #: The key under which the collector writes trajectory ids (needed by sequence sampling).
 TRAJ_KEY = ("collector", "traj_ids")
@@ -26,9 +28,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return device
 
 
+class ReplayMismatchError(ValueError):
+    """The replay config contradicts what the algorithm needs (its :class:`ReplayRequirements`)."""
+
+
 @dataclass
 class ReplayConfig:
-    """What ``conf/replay/*.yaml`` holds; see the configuration reference."""
+    """What ``conf/replay/*.yaml`` holds; see the configuration reference.
+
+    ``slice_len`` is normally left unset: it follows the algorithm (:func:`resolve_replay`).
+    """
 
     capacity: int = 100_000
     batch_size: int = 64
@@ -44,8 +53,52 @@ class ReplayConfig:
             raise ValueError("replay.capacity and replay.batch_size must be positive.")
         if self.n_step < 1:
             raise ValueError("replay.n_step must be >= 1 (1 means one-step TD targets).")
+        if self.slice_len is not None and self.slice_len < 1:
+            raise ValueError(f"replay.slice_len={self.slice_len} must be >= 1 or null.")
         if self.prioritized and self.slice_len is not None:
             raise ValueError("replay.prioritized with replay.slice_len is not supported; choose one.")
+
+
+def resolve_replay(cfg: ReplayConfig, needs: ReplayRequirements, algo: str) -> ReplayConfig:
+    """The replay config the data path uses: ``cfg`` checked against, and completed from, ``needs``.
+
+    ``slice_len`` follows the algorithm when unset. Everything the algorithm cannot use is refused with
+    one line that says what to change, never silently dropped.
+
+    Args:
+        cfg: the user's replay config.
+        needs: the algorithm's :meth:`~rl_lightning.algos.base.RLModule.replay_requirements`.
+        algo: the algorithm's name, for the messages.
+
+    Raises:
+        ReplayMismatchError: ``cfg`` contradicts ``needs``.
+    """
+    if needs.slice_len is not None:
+        if cfg.slice_len is None:
+            cfg = dataclasses.replace(cfg, slice_len=needs.slice_len)
+        elif cfg.slice_len != needs.slice_len:
+            raise ReplayMismatchError(
+                f"replay.slice_len={cfg.slice_len} contradicts {algo}, which trains on sub-trajectories of "
+                f"{needs.slice_len} steps (its horizon); leave replay.slice_len unset (it follows)."
+            )
+    elif cfg.slice_len is not None:
+        raise ReplayMismatchError(
+            f"replay.slice_len={cfg.slice_len}: {algo} trains on single transitions; remove replay.slice_len."
+        )
+    if cfg.n_step > 1 and not needs.n_step:
+        raise ReplayMismatchError(
+            f"replay.n_step={cfg.n_step}: {algo} does not take n-step returns; set replay.n_step=1."
+        )
+    if cfg.prioritized and not needs.prioritized:
+        raise ReplayMismatchError(
+            f"replay.prioritized=true: {algo} does not use prioritized replay; set replay.prioritized=false."
+        )
+    if cfg.slice_len is not None and cfg.batch_size % cfg.slice_len:
+        raise ReplayMismatchError(
+            f"replay.batch_size={cfg.batch_size} must be a multiple of the slice length {cfg.slice_len} "
+            f"({algo} samples whole slices); for example replay.batch_size={cfg.slice_len * 32}."
+        )
+    return cfg
 
 
 def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDictReplayBuffer:

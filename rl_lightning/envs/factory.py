@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rl_lightning.envs.hockey import register_envs
 from rl_lightning.envs.vector import GymVecEnv
 
 __all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env"]
@@ -52,8 +53,7 @@ class EnvConfig:
 
 def check_env_id(env_id: str) -> None:
     """Raises :class:`UnknownEnvError` with close matches when ``env_id`` is not registered."""
-    import rl_lightning.envs  # noqa: F401  (registers our own ids)
-
+    register_envs()  # our own ids (idempotent)
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
@@ -67,8 +67,7 @@ def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
 
     def build() -> gym.Env:
-        import rl_lightning.envs  # noqa: F401  (worker processes register our ids too)
-
+        register_envs()  # worker processes register our ids too
         # The passive checker costs a little on every step and is meant for env authors.
         return gym.make(cfg.id, disable_env_checker=True, **kwargs)
 

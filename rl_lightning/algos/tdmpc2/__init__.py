@@ -5,7 +5,6 @@ from rl_lightning.algos.tdmpc2.losses import (
     TDMPC2Batch,
     TDMPC2Loss,
     batch_from_tensordict,
-    build_optimizers,
     model_param_groups,
 )
 from rl_lightning.algos.tdmpc2.math import RunningScale, discount_from_episode_length
@@ -25,7 +24,6 @@ __all__ = [
     "TDMPC2Loss",
     "WorldModel",
     "batch_from_tensordict",
-    "build_optimizers",
     "discount_from_episode_length",
     "model_param_groups",
     "model_size_preset",

@@ -30,7 +30,6 @@ __all__ = [
     "TDMPC2Batch",
     "TDMPC2Loss",
     "batch_from_tensordict",
-    "build_optimizers",
     "model_param_groups",
 ]
 
@@ -248,27 +247,3 @@ def model_param_groups(model: WorldModel, lr: float = 3e-4, enc_lr_scale: float 
     if model.termination_net is not None:
         rest += list(model.termination_net.parameters())
     return [{"params": list(model.encoder.parameters()), "lr": lr * enc_lr_scale}, {"params": rest, "lr": lr}]
-
-
-def build_optimizers(
-    model: WorldModel,
-    lr: float = 3e-4,
-    enc_lr_scale: float = 0.3,
-    pi_eps: float = 1e-5,
-    capturable: bool = False,
-) -> tuple[torch.optim.Adam, torch.optim.Adam]:
-    """The reference's two Adam optimizers: world model and policy prior (``eps=1e-5``).
-
-    Args:
-        model: the world model.
-        lr: learning rate of both.
-        enc_lr_scale: encoder learning-rate multiplier.
-        pi_eps: Adam epsilon of the policy optimizer.
-        capturable: build them CUDA-graph capturable (parameters must then be on the GPU).
-
-    Returns:
-        ``(model_optimizer, pi_optimizer)``.
-    """
-    optim = torch.optim.Adam(model_param_groups(model, lr, enc_lr_scale), lr=lr, capturable=capturable)
-    pi_optim = torch.optim.Adam(model.pi_net.parameters(), lr=lr, eps=pi_eps, capturable=capturable)
-    return optim, pi_optim

@@ -1,11 +1,12 @@
 """TD-MPC2 (Hansen, Su, Wang, ICLR 2024) as a LightningModule: a latent world model learned from
 sub-trajectories and an MPPI planner that acts with it.
 
-Data: the replay buffer samples sub-trajectories with TorchRL's ``SliceSampler`` (``replay.slice_len``
-equal to ``horizon``). Each TorchRL row is a whole transition (``observation``, ``action``,
-``("next", ...)``), so ``H`` consecutive rows carry the ``H + 1`` observations, ``H`` actions and rewards
-of the reference's ``H + 1``-step slices. The collector's first ``max(1000, 5 * episode_length)`` frames
-are random; ``collect.warmup_burst`` then grants one burst of as many updates (the reference's seeding).
+Data: the replay buffer samples sub-trajectories with TorchRL's ``SliceSampler``; the module asks for
+slices of ``horizon`` steps through its replay requirements (``replay.slice_len`` follows). Each TorchRL
+row is a whole transition (``observation``, ``action``, ``("next", ...)``), so ``H`` consecutive rows
+carry the ``H + 1`` observations, ``H`` actions and rewards of the reference's ``H + 1``-step slices. The
+collector's first ``max(1000, 5 * episode_length)`` frames are random; ``collect.warmup_burst`` then
+grants one burst of as many updates (the reference's seeding).
 
 One ``update``: world-model loss (consistency, reward, value, termination; ``rho ** t`` weighted) and
 Adam step with the encoder at ``enc_lr_scale * lr`` and gradient clipping; policy-prior loss on the
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import Tensor, nn
-from torchrl.data import Bounded, TensorSpec
+from torch import nn
+from torchrl.data import TensorSpec
 
-from rl_lightning.algos.base import IncompatibleEnvError, RLModule
+from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
+from rl_lightning.algos.common import ActionScaler, episode_start
 from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, model_param_groups
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
@@ -57,7 +59,7 @@ class TDMPC2(RLModule):
         mlp_dim: overrides the preset's hidden width.
         enc_dim: overrides the preset's encoder width.
         num_q: overrides the preset's Q-ensemble size.
-        horizon: planning and training horizon ``H`` (``replay.slice_len`` must equal it).
+        horizon: planning and training horizon ``H`` (the replay samples slices of ``H`` steps).
         episode_length: the env's (maximum) episode length; sets the discount when ``discount`` is None.
         discount: γ; ``None`` derives it from ``episode_length`` as in the paper.
         episodic: learn a termination head and stop bootstrapping at terminal states.
@@ -82,7 +84,6 @@ class TDMPC2(RLModule):
         termination_coef: weight of the termination loss (``episodic`` only).
         entropy_coef: policy entropy bonus.
         scale_entropy_by_action_dim: multiply the entropy by the action size (later reference versions).
-        log_every_n_updates: logging interval in updates.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -121,14 +122,10 @@ class TDMPC2(RLModule):
         termination_coef: float = 1.0,
         entropy_coef: float = 1e-4,
         scale_entropy_by_action_dim: bool = False,
-        log_every_n_updates: int = 100,
     ) -> None:
-        super().__init__(observation_spec, action_spec, log_every_n_updates)
-        if not isinstance(action_spec, Bounded):
-            raise IncompatibleEnvError(
-                f"TD-MPC2 needs bounded continuous actions, but the env's actions are "
-                f"{type(action_spec).__name__}; use a continuous env (e.g. HockeyVsOpponent-v0)."
-            )
+        super().__init__(observation_spec, action_spec)
+        # Affine map between the planner's [-1, 1] and the env's bounds (rejects unbounded actions).
+        self.actions = ActionScaler(action_spec, "TD-MPC2")
         if horizon < 1 or episode_length < 1 or num_envs < 1:
             raise ValueError("horizon, episode_length and num_envs must be >= 1.")
         if grad_clip <= 0:
@@ -139,14 +136,7 @@ class TDMPC2(RLModule):
                 f"TD-MPC2 here takes vector observations, got shape {tuple(self.obs_shape)}; "
                 "flatten the observation with a gymnasium wrapper."
             )
-        low = action_spec.space.low.reshape(-1, *action_spec.shape[-1:])[0].float()
-        high = action_spec.space.high.reshape(-1, *action_spec.shape[-1:])[0].float()
-        if not (torch.isfinite(low).all() and torch.isfinite(high).all() and (high > low).all()):
-            raise IncompatibleEnvError("TD-MPC2 needs finite action bounds with high > low.")
-        # Affine map between the planner's [-1, 1] and the env's bounds.
-        self.register_buffer("action_scale", (high - low) / 2)
-        self.register_buffer("action_bias", (high + low) / 2)
-        self.action_dim = int(low.numel())
+        self.action_dim = self.actions.action_dim
         self.horizon = horizon
         self.discount = discount_from_episode_length(episode_length) if discount is None else discount
 
@@ -189,23 +179,10 @@ class TDMPC2(RLModule):
             eval_sample_elite=hp.eval_sample_elite,
         )
 
-    # ------------------------------------------------------------------ action mapping
-    def to_env_action(self, action: Tensor) -> Tensor:
-        """``[..., A]`` in ``[-1, 1]`` -> the env's bounds."""
-        return action * self.action_scale + self.action_bias
-
-    def from_env_action(self, action: Tensor) -> Tensor:
-        """The env's bounds -> ``[-1, 1]``."""
-        return ((action - self.action_bias) / self.action_scale).clamp(-1, 1)
-
-    @staticmethod
-    def episode_start(td: TensorDictBase) -> Tensor | None:
-        """Bool ``[N]``, True at an episode's first step: ``is_init`` if present, else ``step_count == 0``."""
-        is_init = td.get("is_init", None)
-        if is_init is not None:
-            return is_init.reshape(-1).bool()
-        step_count = td.get("step_count", None)
-        return None if step_count is None else step_count.reshape(-1) == 0
+    # ------------------------------------------------------------------ protocol
+    def replay_requirements(self) -> ReplayRequirements:
+        """Sub-trajectories of ``horizon`` steps (``H + 1`` observations); no n-step returns, no PER."""
+        return ReplayRequirements(slice_len=self.horizon, discount=self.discount)
 
     # ------------------------------------------------------------------ hot paths
     def _plan(self, td: TensorDictBase, planner: MPPIPlanner, eval_mode: bool) -> TensorDictBase:
@@ -214,12 +191,12 @@ class TDMPC2(RLModule):
         self.model.train(False)
         z = self.model.encode(td.get("observation").float())
         if self.hparams.mpc:
-            action = planner(self.model, z, t0=self.episode_start(td), eval_mode=eval_mode)
+            action = planner(self.model, z, t0=episode_start(td), eval_mode=eval_mode)
         else:
             pi = self.model.pi(z)
             action = pi.mean if eval_mode else pi.action
         self.model.train(was_training)
-        td.set("action", self.to_env_action(action))
+        td.set("action", self.actions.to_env(action))
         return td
 
     @torch.no_grad()
@@ -253,7 +230,7 @@ class TDMPC2(RLModule):
         opt, pi_opt = self.optimizers()
         data = batch_from_tensordict(batch.reshape(-1, self.horizon))
         terminated = data.terminated if self.hparams.episodic else torch.zeros_like(data.terminated)
-        data = data._replace(action=self.from_env_action(data.action), terminated=terminated)
+        data = data._replace(action=self.actions.from_env(data.action), terminated=terminated)
 
         # Losses in train mode (Q dropout), as in the reference. Its TD targets are computed in eval mode,
         # which is the same here: the target ensemble never uses dropout and the policy has none.

@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor, nn
 
+from rl_lightning.algos.common import PerEnvState
 from rl_lightning.algos.tdmpc2 import math as tdm
 
 __all__ = ["LatentModel", "MPPIPlanner"]
@@ -67,10 +68,9 @@ class MPPIPlanner(nn.Module):
             behaviour) instead of the plan's mean first action.
 
     Buffers:
-        prev_mean: ``[num_envs, horizon, action_dim]``, the last plan's mean, used as the warm start.
+        warm_start.value (``prev_mean``): ``[num_envs, horizon, action_dim]``, the last plan's mean, used as
+            the warm start.
     """
-
-    prev_mean: Tensor
 
     def __init__(
         self,
@@ -100,7 +100,12 @@ class MPPIPlanner(nn.Module):
         self.horizon, self.iterations, self.num_samples = horizon, iterations, num_samples
         self.num_pi_trajs, self.num_elites, self.temperature = num_pi_trajs, num_elites, temperature
         self.min_std, self.max_std, self.eval_sample_elite = min_std, max_std, eval_sample_elite
-        self.register_buffer("prev_mean", torch.zeros(num_envs, horizon, action_dim))
+        self.warm_start = PerEnvState(num_envs, (horizon, action_dim))
+
+    @property
+    def prev_mean(self) -> Tensor:
+        """``[num_envs, H, A]``: the last plan's mean per env (the warm start)."""
+        return self.warm_start.value
 
     def reset(self, env_mask: Tensor | None = None) -> None:
         """Clears the warm start of environments that begin a new episode.
@@ -109,11 +114,7 @@ class MPPIPlanner(nn.Module):
             env_mask: bool ``[num_envs]`` (or ``[num_envs, 1]``), True where an episode starts; ``None``
                 clears all. Implemented with ``torch.where``, so it never synchronises.
         """
-        if env_mask is None:
-            self.prev_mean.zero_()
-            return
-        mask = env_mask.reshape(self.num_envs, 1, 1).to(torch.bool)
-        self.prev_mean.copy_(torch.where(mask, torch.zeros_like(self.prev_mean), self.prev_mean))
+        self.warm_start.reset(env_mask)
 
     def initial_mean(self, t0: Tensor | None = None) -> Tensor:
         """Warm-start mean ``[num_envs, H, A]``: the previous mean shifted one step left, last step 0.

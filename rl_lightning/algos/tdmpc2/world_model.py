@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from rl_lightning.algos.common import polyak_update
 from rl_lightning.algos.tdmpc2 import math as tdm
 from rl_lightning.nn import Ensemble, SimNorm, mlp
 
@@ -246,15 +247,8 @@ class WorldModel(nn.Module):
             return q.mean(0)
         raise ValueError(f"return_type must be 'min', 'avg' or 'all', got {return_type!r}.")
 
-    @torch.no_grad()
     def soft_update_target_Q(self, tau: float | None = None) -> None:
         """Polyak update ``target ← target + tau (online - target)`` with one fused ``lerp_``."""
-        targets = list(self.target_q_nets.parameters())
-        online = [p.detach() for p in self.q_nets.parameters()]
-        torch._foreach_lerp_(targets, online, self.tau if tau is None else tau)
-
-    @torch.no_grad()
-    def hard_update_target_Q(self) -> None:
-        """Copies the online Q-ensemble into the target (e.g. after loading only online weights)."""
-        for t, p in zip(self.target_q_nets.parameters(), self.q_nets.parameters()):
-            t.copy_(p)
+        polyak_update(
+            self.target_q_nets.parameters(), self.q_nets.parameters(), self.tau if tau is None else tau
+        )

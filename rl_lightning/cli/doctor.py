@@ -189,7 +189,7 @@ def compile_probe() -> None:
 
 def run_compile_probe(timeout_s: float, threads: int | None) -> dict[str, Any]:
     """Runs :func:`compile_probe` in a subprocess; ``{"error": ...}`` when it fails or times out."""
-    code = "from rl_lightning.doctor import compile_probe; compile_probe()"
+    code = "from rl_lightning.cli.doctor import compile_probe; compile_probe()"
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code, str(threads)],

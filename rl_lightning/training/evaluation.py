@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from rl_lightning.envs.factory import EnvConfig, make_env
-from rl_lightning.metrics import log_metrics
+from rl_lightning.training.metrics import log_metrics
 
 __all__ = ["EvalCallback", "evaluate_policy", "evaluate_variants"]
 

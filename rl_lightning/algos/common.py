@@ -1,0 +1,158 @@
+"""Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state.
+
+Everything here is device-side and free of host syncs, so it can sit inside compiled and CUDA-graphed hot
+paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import Bounded, TensorSpec
+
+from rl_lightning.algos.base import IncompatibleEnvError
+
+__all__ = ["ActionScaler", "LinearSchedule", "PerEnvState", "episode_start", "polyak_update"]
+
+
+class ActionScaler(nn.Module):
+    """Affine map between a policy's ``[-1, 1]`` actions and a bounded env's ``[low, high]``.
+
+    Args:
+        action_spec: the env's action spec; must be ``Bounded`` with finite bounds, ``high > low``.
+        who: the algorithm's name, for the error message.
+
+    Buffers:
+        scale: ``(high - low) / 2``, ``[A]``.
+        bias: ``(high + low) / 2``, ``[A]``.
+    """
+
+    scale: Tensor
+    bias: Tensor
+
+    def __init__(self, action_spec: TensorSpec, who: str) -> None:
+        super().__init__()
+        if not isinstance(action_spec, Bounded):
+            raise IncompatibleEnvError(
+                f"{who} needs bounded continuous actions, but the env's actions are "
+                f"{type(action_spec).__name__}; use a continuous env "
+                "(e.g. Pendulum-v1 or HockeyVsOpponent-v0)."
+            )
+        low = action_spec.space.low.reshape(-1, *action_spec.shape[-1:])[0].float()
+        high = action_spec.space.high.reshape(-1, *action_spec.shape[-1:])[0].float()
+        if not (torch.isfinite(low).all() and torch.isfinite(high).all() and (high > low).all()):
+            raise IncompatibleEnvError(f"{who} needs finite action bounds with high > low.")
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.scale.numel())
+
+    def to_env(self, action: Tensor) -> Tensor:
+        """``[..., A]`` in ``[-1, 1]`` -> the env's bounds."""
+        return action * self.scale + self.bias
+
+    def from_env(self, action: Tensor) -> Tensor:
+        """The env's bounds -> ``[-1, 1]`` (clamped)."""
+        return ((action - self.bias) / self.scale).clamp(-1, 1)
+
+
+@torch.no_grad()
+def polyak_update(targets: Iterable[Tensor], sources: Iterable[Tensor], tau: float | Tensor) -> None:
+    """``target <- target + tau * (source - target)`` for every pair, as one fused ``lerp_``.
+
+    ``tau=1`` copies (a hard update); a tensor ``tau`` (``0.`` or ``1.``, chosen on the device) lets a hard
+    update every k steps run without a Python branch.
+    """
+    targets = list(targets)
+    sources = [s.detach() for s in sources]
+    if isinstance(tau, Tensor):
+        for t, s in zip(targets, sources):
+            t.lerp_(s, tau)
+    else:
+        torch._foreach_lerp_(targets, sources, tau)
+
+
+class LinearSchedule(nn.Module):
+    """A value that moves linearly from ``start`` to ``end`` over ``duration`` frames, then stays.
+
+    Computed on the device from a frame count buffer (``RLModule.frames``), so reading it needs no sync.
+    """
+
+    bounds: Tensor
+
+    def __init__(self, start: float, end: float, duration: int) -> None:
+        super().__init__()
+        if duration < 1:
+            raise ValueError(f"schedule duration={duration} must be >= 1 frame.")
+        self.duration = duration
+        self.register_buffer("bounds", torch.tensor([start, end]))
+
+    def forward(self, frames: Tensor) -> Tensor:
+        frac = (frames / float(self.duration)).clamp(max=1.0)
+        return self.bounds[0] + (self.bounds[1] - self.bounds[0]) * frac
+
+
+def episode_start(td: TensorDictBase) -> Tensor | None:
+    """Bool ``[N]``, True at an episode's first step: ``is_init`` if present, else ``step_count == 0``.
+
+    ``None`` when the observations carry neither (then every step is treated as mid-episode).
+    """
+    is_init = td.get("is_init", None)
+    if is_init is not None:
+        return is_init.reshape(-1).bool()
+    step_count = td.get("step_count", None)
+    return None if step_count is None else step_count.reshape(-1) == 0
+
+
+class PerEnvState(nn.Module):
+    """State carried between steps for each of ``num_envs`` envs, reset where an episode starts.
+
+    The reset is a ``torch.where`` over the episode-start mask: no Python loop over envs, no sync.
+
+    Args:
+        num_envs: how many envs act in one call.
+        shape: the state's shape per env.
+        fill: the value a new episode starts from.
+        dtype: the state's dtype.
+
+    Buffers:
+        value: ``[num_envs, *shape]``.
+    """
+
+    value: Tensor
+
+    def __init__(
+        self,
+        num_envs: int,
+        shape: tuple[int, ...] = (),
+        fill: float = 0.0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if num_envs < 1:
+            raise ValueError(f"num_envs={num_envs} must be >= 1.")
+        self.num_envs = num_envs
+        self.fill = fill
+        self.register_buffer("value", torch.full((num_envs, *shape), fill, dtype=dtype))
+
+    def reset(self, mask: Tensor | None = None) -> Tensor:
+        """Sets the state of the envs where ``mask`` ([N] bool) is True back to ``fill``; all if ``None``.
+
+        Returns:
+            The state after the reset.
+        """
+        if mask is None:
+            self.value.fill_(self.fill)
+        else:
+            mask = mask.reshape(self.num_envs, *([1] * (self.value.dim() - 1))).to(torch.bool)
+            self.value.copy_(torch.where(mask, torch.full_like(self.value, self.fill), self.value))
+        return self.value
+
+    def set(self, value: Tensor) -> None:
+        """Replaces the state in place (keeps the buffer, so CUDA graphs see the new value)."""
+        self.value.copy_(value)

@@ -1,0 +1,133 @@
+"""``python -m rl_lightning <command> [hydra overrides]``: fit, evaluate, bench, doctor over one config.
+
+The config is composed with Hydra's compose API from ``conf/`` (shipped beside the package), so the
+commands work from any working directory and every user error is reported as one line with exit code 2.
+
+Layering (no module imports upward): ``cli`` (this entry point) -> the command modules ``fit``,
+``evaluate``, ``bench``, ``doctor`` -> ``run`` (building a run from the config) -> ``config``, ``process``
+and the library (``algos``, ``data``, ``envs``, ``training``). Nothing outside ``cli`` imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl_lightning.cli.config import CONF_DIR, CliError, compose, experiments
+from rl_lightning.cli.process import quiet_libraries
+
+__all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
+
+#: Command name -> (module, function, help line). Modules are imported on use: ``--help`` stays fast.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "fit": (
+        "rl_lightning.cli.fit",
+        "fit",
+        "train: python -m rl_lightning fit +experiment=dqn_cartpole [total_frames=...] [seed=...]\n"
+        "             resume: add ckpt_path=last (the newest run of that name) or ckpt_path=PATH",
+    ),
+    "evaluate": (
+        "rl_lightning.cli.evaluate",
+        "evaluate",
+        "evaluate a checkpoint: python -m rl_lightning evaluate ckpt=PATH [episodes=N] [device=cpu]",
+    ),
+    "bench": (
+        "rl_lightning.cli.bench",
+        "bench",
+        "speed of each callback against none: python -m rl_lightning bench +experiment=dqn_cartpole\n"
+        "             [bench.frames=N] [bench.variants=[compile,fast]] [bench.out=PATH]",
+    ),
+    "doctor": (
+        "rl_lightning.cli.doctor",
+        "doctor",
+        "what this machine offers (CUDA, TF32, torch.compile, threads, versions) and advice",
+    ),
+}
+
+USAGE = """usage: python -m rl_lightning COMMAND [OVERRIDES...] [--cfg job]
+
+commands:
+{commands}
+options:
+  --cfg job  print the composed config and exit
+  -h, --help this message
+
+overrides use Hydra's syntax: key=value, group=option, +new_key=value.
+experiments (+experiment=NAME):
+{experiments}
+view runs:   mlflow ui --backend-store-uri sqlite:///mlflow.db   (from the directory you ran in)
+"""
+
+
+def _parse(argv: Sequence[str]) -> tuple[str, list[str], bool]:
+    args = list(argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        return "help", [], False
+    command, rest = args[0], args[1:]
+    print_cfg = False
+    overrides = []
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a in ("-h", "--help"):
+            return "help", [], False
+        if a in ("--cfg", "-c"):
+            print_cfg = True
+            if i + 1 < len(rest) and rest[i + 1] in ("job", "all"):
+                i += 1
+        elif a.startswith("--cfg="):
+            print_cfg = True
+        elif a.startswith("-"):
+            raise CliError(f"unknown option '{a}'; see `python -m rl_lightning --help`.")
+        else:
+            overrides.append(a)
+        i += 1
+    return command, overrides, print_cfg
+
+
+def _command(name: str) -> Callable[[DictConfig], Any]:
+    module, function, _ = COMMANDS[name]
+    return getattr(importlib.import_module(module), function)
+
+
+def _help_text() -> str:
+    commands = "\n".join(f"  {name:<10} {doc}" for name, (_, _, doc) in COMMANDS.items())
+    exps = "\n".join(f"  {name:<22} {doc}" for name, doc in experiments().items())
+    return USAGE.format(commands=commands, experiments=exps)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    quiet_libraries()
+    try:
+        command, overrides, print_cfg = _parse(argv)
+        if command == "help":
+            print(_help_text())
+            return 0
+        if command not in COMMANDS:
+            raise CliError(f"unknown command '{command}'; commands: {', '.join(COMMANDS)}.")
+        cfg = compose(overrides)
+        if print_cfg:
+            print(OmegaConf.to_yaml(cfg))
+            return 0
+        _command(command)(cfg)
+        return 0
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from rl_lightning.cli.errors import USER_ERRORS
+
+        if isinstance(e, USER_ERRORS) and not os.environ.get("RL_LIGHTNING_TRACEBACK"):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,56 @@
+"""Composing the config: ``conf/`` with the command line's Hydra overrides; errors as one line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["CONF_DIR", "CliError", "compose", "experiments"]
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def experiments() -> dict[str, str]:
+    """Experiment names with the first comment line of their file."""
+    out = {}
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        comments = [ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
+        out[path.stem] = next((c for c in comments if not c.startswith("@package")), "")
+    return out
+
+
+def compose(overrides: Sequence[str]) -> DictConfig:
+    """Composes ``conf/config.yaml`` with ``overrides``; Hydra's errors become :class:`CliError`."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not CONF_DIR.is_dir():
+        raise CliError(f"config directory {CONF_DIR} not found; install the project with `pip install -e .`.")
+    for item in overrides:
+        if item.startswith("+experiment=") or item.startswith("experiment="):
+            name = item.split("=", 1)[1]
+            if name not in experiments():
+                raise CliError(f"unknown experiment '{name}'; available: {', '.join(experiments())}.")
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=list(overrides))
+        OmegaConf.resolve(cfg)
+        return cfg
+    except OverrideParseException as e:
+        raise CliError(f"cannot parse override: {str(e).splitlines()[0]}") from None
+    except ConfigCompositionException as e:
+        msg = str(e.__cause__ or e).splitlines()[0]
+        if "not in struct" in str(e.__cause__ or e) or "Could not override" in str(e):
+            key = str(e).split("'")[1] if "'" in str(e) else "?"
+            msg = f"unknown config key '{key}'; check the spelling, or add a new key with +{key}=..."
+        raise CliError(msg) from None
+    except (HydraException, OmegaConfBaseException) as e:
+        raise CliError(str(e).splitlines()[0]) from None

@@ -1,0 +1,191 @@
+"""Building a run from the composed config: module, data module, trainer, logger and callbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import MLFlowLogger
+from omegaconf import DictConfig, OmegaConf
+
+from rl_lightning.algos.base import RLModule
+from rl_lightning.cli.process import apply_process_settings
+from rl_lightning.data.datamodule import CollectConfig, RLDataModule
+from rl_lightning.data.replay import ReplayConfig, resolve_device
+from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.training.checkpoint import FrameCheckpoint, replay_path
+from rl_lightning.training.evaluation import EvalCallback
+from rl_lightning.training.feedback import UpdateFeedback
+from rl_lightning.training.progress import FramesProgressBar
+
+__all__ = ["CONFIG_KEY", "Run", "build_module", "build_run", "container", "env_config", "make_logger"]
+
+#: The checkpoint entry that holds the resolved config of the run (``evaluate`` rebuilds from it).
+CONFIG_KEY = "rl_lightning"
+
+
+def container(node: Any) -> Any:
+    """A config node as plain Python containers (resolved); other values unchanged."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def env_config(cfg: DictConfig) -> EnvConfig:
+    return EnvConfig.from_mapping(container(cfg.env))
+
+
+def build_module(cfg: DictConfig, env_cfg: EnvConfig) -> RLModule:
+    """Instantiates ``cfg.algo`` with the specs of the env (derived, never typed into the config)."""
+    probe = make_env(env_cfg, num_envs=1)
+    try:
+        # Specs are objects, not config: bind them after instantiation so OmegaConf never sees them.
+        factory = instantiate(cfg.algo, _partial_=True, _convert_="all")
+        module = factory(
+            observation_spec=probe.full_observation_spec.clone(),
+            action_spec=probe.full_action_spec["action"].clone(),
+        )
+    finally:
+        probe.close()
+    return module
+
+
+@dataclass
+class Run:
+    """Everything ``fit`` needs, built from one config."""
+
+    cfg: DictConfig
+    run_dir: Path
+    module: RLModule
+    datamodule: RLDataModule
+    trainer: L.Trainer
+    logger: MLFlowLogger | None
+    ckpt_path: str | None
+    checkpoint: FrameCheckpoint
+
+
+def _find_last(name: str, runs_root: Path) -> Path:
+    found = sorted(runs_root.glob(f"{name}/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(
+            f"ckpt_path=last: no checkpoint of a run named '{name}' under {runs_root}/{name}/; "
+            "start a run first or pass ckpt_path=PATH."
+        )
+    return found[-1]
+
+
+def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
+    """The run directory and the checkpoint to resume from (``None`` for a new run)."""
+    run_dir = Path(cfg.run_dir)
+    if cfg.ckpt_path is None:
+        return run_dir, None
+    if cfg.ckpt_path == "last":
+        ckpt = _find_last(cfg.name, run_dir.parent.parent)
+    else:
+        ckpt = Path(cfg.ckpt_path)
+        if not ckpt.is_file():
+            raise FileNotFoundError(f"checkpoint not found: {ckpt}")
+    # A checkpoint of ours lives in <run_dir>/checkpoints/: the resumed run continues in that directory.
+    if ckpt.parent.name == "checkpoints":
+        run_dir = ckpt.parent.parent
+    return run_dir, str(ckpt)
+
+
+def make_logger(cfg: DictConfig, run_dir: Path) -> MLFlowLogger | None:
+    """The MLflow logger of ``cfg.logger`` (``None``: ``logger=none``); continues the run of ``run_dir``."""
+    if not cfg.logger:
+        return None
+    lcfg = container(cfg.logger)
+    uri = lcfg.pop("tracking_uri")
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+    artifacts = lcfg.pop("artifact_location", None)
+    run_id_file = run_dir / "mlflow_run_id"
+    run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
+    return MLFlowLogger(
+        tracking_uri=uri,
+        artifact_location=str(Path(artifacts).resolve()) if artifacts else None,
+        run_id=run_id,
+        **lcfg,
+    )
+
+
+class _ConfigInCheckpoint(L.Callback):
+    """Stores the resolved config in every checkpoint so ``evaluate`` can rebuild the run from it."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CONFIG_KEY] = {"config": self.config}
+
+
+def _callbacks(cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint) -> list[L.Callback]:
+    callbacks: list[L.Callback] = [
+        UpdateFeedback(log_every_n_updates=int(cfg.log_every_n_updates)),
+        EvalCallback(
+            env_cfg,
+            every_frames=cfg.eval.every_frames,
+            episodes=cfg.eval.episodes,
+            seed=cfg.eval.seed,
+            variants=container(cfg.eval.variants),
+        ),
+        checkpoint,
+        _ConfigInCheckpoint(container(cfg)),
+    ]
+    if cfg.progress_bar:
+        callbacks.append(FramesProgressBar())
+    for name, node in (cfg.callbacks or {}).items():
+        if node is None:
+            continue
+        if "_target_" not in node:
+            raise ValueError(
+                f"callbacks.{name} has no _target_; set it or disable it with callbacks.{name}=null."
+            )
+        callbacks.append(instantiate(node, _convert_="all"))
+    return callbacks
+
+
+def build_run(cfg: DictConfig) -> Run:
+    """Builds module, data module, trainer and logger from the composed config.
+
+    Everything the config can get wrong (unknown env, an algorithm that does not fit the env, a replay
+    config that contradicts the algorithm) fails here, before anything is written.
+    """
+    apply_process_settings(cfg)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    run_dir, ckpt = _resolve_resume(cfg)
+    env_cfg = env_config(cfg)
+    device = resolve_device(cfg.device)
+    module = build_module(cfg, env_cfg)
+    datamodule = RLDataModule(
+        env_cfg,
+        ReplayConfig(**container(cfg.replay)),
+        CollectConfig(total_frames=cfg.total_frames, **container(cfg.collect)),
+        requirements=module.replay_requirements(),
+        seed=cfg.seed,
+        algorithm=type(module).__name__,
+    )
+    if ckpt is not None:
+        datamodule.resume_replay_from = str(replay_path(ckpt))
+    checkpoint = FrameCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        every_frames=cfg.checkpoint.every_frames,
+        monitor=cfg.checkpoint.monitor,
+        mode=cfg.checkpoint.mode,
+    )
+    logger = make_logger(cfg, run_dir)
+    trainer = L.Trainer(
+        accelerator=device.type,
+        devices=1,
+        max_epochs=-1,
+        num_sanity_val_steps=0,
+        logger=logger if logger is not None else False,
+        callbacks=_callbacks(cfg, env_cfg, checkpoint),
+        enable_progress_bar=bool(cfg.progress_bar),
+        default_root_dir=str(run_dir),
+        **container(cfg.trainer),
+    )
+    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint)

@@ -1,0 +1,154 @@
+"""Checkpoints every N environment frames, with the replay buffer beside the ``last`` checkpoint."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from typing_extensions import override
+
+__all__ = ["FrameCheckpoint", "replay_path"]
+
+
+def replay_path(ckpt_path: str | Path) -> Path:
+    """Where the replay buffer of checkpoint ``ckpt_path`` lives."""
+    return Path(str(ckpt_path) + ".replay")
+
+
+class FrameCheckpoint(Checkpoint):
+    """Saves ``last.ckpt`` every ``every_frames`` frames and ``best.ckpt`` whenever an evaluation beats it.
+
+    ``last.ckpt`` is written with the replay buffer beside it (``last.ckpt.replay/``, written first, so a
+    ``last`` checkpoint on disk always has its buffer) every ``every_frames`` environment frames, at the
+    end of training and on an exception. Resuming from it continues with the same buffer content.
+
+    ``best.ckpt`` is written at the evaluation that produced a new best ``monitor`` value, so it holds
+    exactly the weights that were evaluated: ``evaluate ckpt=best.ckpt`` with the evaluation's seed
+    reproduces the score. A new evaluation is a new value of ``monitor`` in ``trainer.callback_metrics``
+    (the evaluation callback runs before this one).
+
+    A ``Checkpoint`` (Lightning's public base class): Lightning runs it after the other callbacks, whose
+    state is then up to date, and adds no checkpoint callback of its own. Files are written through
+    ``Trainer.save_checkpoint`` (Lightning's public API, so every callback's and
+    the data module's state is in them) to a temporary name and renamed, so an interruption never leaves
+    a half-written checkpoint.
+
+    Args:
+        dirpath: the directory of ``last.ckpt`` and ``best.ckpt``.
+        every_frames: checkpoint interval in frames.
+        monitor: the metric that picks ``best.ckpt`` (``None``: no best checkpoint).
+        mode: ``max`` or ``min``.
+        save_on_exception: write ``last.ckpt`` when training stops with an exception.
+    """
+
+    LAST = "last.ckpt"
+    BEST = "best.ckpt"
+
+    def __init__(
+        self,
+        dirpath: str | Path,
+        every_frames: int,
+        monitor: str | None = "eval/return_mean",
+        mode: str = "max",
+        save_on_exception: bool = True,
+    ) -> None:
+        if every_frames < 1:
+            raise ValueError("checkpoint.every_frames must be >= 1.")
+        if mode not in ("max", "min"):
+            raise ValueError(f"checkpoint.mode={mode!r} must be 'max' or 'min'.")
+        self.dirpath = Path(dirpath)
+        self.every_frames = every_frames
+        self.monitor = monitor
+        self.mode = mode
+        self.save_on_exception = save_on_exception
+        self.saved_frames = 0
+        self.best_score: float | None = None
+        self.best_frames: int | None = None
+        self.last_score: float | None = None
+        self._seen: Any = None
+
+    @property
+    def last_path(self) -> Path:
+        return self.dirpath / self.LAST
+
+    @property
+    def best_path(self) -> Path:
+        return self.dirpath / self.BEST
+
+    # ------------------------------------------------------------------ writing
+    def _write(self, trainer: L.Trainer, path: Path, with_replay: bool) -> None:
+        if with_replay and trainer.is_global_zero:
+            trainer.datamodule.save_replay(replay_path(path))
+        tmp = path.with_name(path.name + ".tmp")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, path)
+
+    def _better(self, score: float) -> bool:
+        if not math.isfinite(score):
+            return False
+        if self.best_score is None:
+            return True
+        return score > self.best_score if self.mode == "max" else score < self.best_score
+
+    def _check_best(self, trainer: L.Trainer) -> None:
+        if self.monitor is None:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None or value is self._seen:
+            return
+        self._seen = value
+        score = float(value)
+        self.last_score = score
+        if self._better(score):
+            self.best_score = score
+            self.best_frames = int(trainer.datamodule.frames)
+            self._write(trainer, self.best_path, with_replay=False)
+
+    def save_last(self, trainer: L.Trainer) -> None:
+        """Writes ``last.ckpt`` with its replay buffer now."""
+        self.saved_frames = int(trainer.datamodule.frames)
+        self._write(trainer, self.last_path, with_replay=True)
+
+    # ------------------------------------------------------------------ hooks
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self._check_best(trainer)
+        if trainer.datamodule.frames - self.saved_frames >= self.every_frames:
+            self.save_last(trainer)
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check_best(trainer)
+        self.save_last(trainer)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # Only 'last' (with its buffer): the state at a crash is not a candidate for 'best'.
+        if self.save_on_exception and trainer.datamodule is not None:
+            self.save_last(trainer)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "saved_frames": self.saved_frames,
+            "best_score": self.best_score,
+            "best_frames": self.best_frames,
+            "last_score": self.last_score,
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.saved_frames = int(state_dict.get("saved_frames", 0))
+        self.best_score = state_dict.get("best_score")
+        self.best_frames = state_dict.get("best_frames")
+        self.last_score = state_dict.get("last_score")
+        if isinstance(self.best_score, torch.Tensor):
+            self.best_score = float(self.best_score)

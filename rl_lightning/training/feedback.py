@@ -1,0 +1,82 @@
+"""What each update returns goes where it belongs: priorities to the replay, metrics to the loggers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from tensordict import TensorDictBase
+from typing_extensions import override
+
+from rl_lightning.algos.base import PRIORITY_KEY
+from rl_lightning.training.metrics import log_metrics
+
+__all__ = ["UpdateFeedback"]
+
+
+class UpdateFeedback(L.Callback):
+    """Routes the output of ``RLModule.update`` (``training_step``'s return value) after every update.
+
+    - New priorities (``output["priority"]``: ``index``, ``value``) go to the data module's replay
+      buffer at once, before the next sample is drawn.
+    - Every ``log_every_n_updates`` updates the scalar metrics are logged as ``train/<name>`` (one host
+      sync for all of them), with the data path's ``train/episodes``, ``train/episode_return`` and
+      ``train/episode_length`` (means over the episodes finished since the last log), against frames.
+      The episodes finished after the last interval are logged at the end of the epoch.
+
+    The algorithm never sees the data module; the data module never sees the algorithm's losses.
+
+    Args:
+        log_every_n_updates: logging interval in updates.
+
+    Example:
+        ``Trainer(callbacks=[UpdateFeedback(log_every_n_updates=100), ...])`` (``fit`` adds it).
+    """
+
+    def __init__(self, log_every_n_updates: int = 100) -> None:
+        if log_every_n_updates < 1:
+            raise ValueError(f"log_every_n_updates={log_every_n_updates} must be >= 1.")
+        self.log_every_n_updates = log_every_n_updates
+        self._since_log = 0
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not isinstance(outputs, TensorDictBase | dict):
+            return
+        dm = trainer.datamodule
+        priority = outputs.get(PRIORITY_KEY, None)
+        if priority is not None:
+            dm.update_priority(priority.get("index"), priority.get("value"))
+        self._since_log += 1
+        if self._since_log >= self.log_every_n_updates:
+            self._since_log = 0
+            metrics: dict[str, Any] = {
+                f"train/{k}": v for k, v in outputs.items() if k != PRIORITY_KEY and v.dim() == 0
+            }
+            metrics.update(self._episode_metrics(dm))
+            log_metrics(trainer, metrics, dm.frames)
+
+    @staticmethod
+    def _episode_metrics(dm: Any) -> dict[str, float]:
+        out: dict[str, float] = {"train/episodes": dm.episodes}
+        episodes = dm.pop_episodes()
+        if episodes:
+            out["train/episode_return"] = sum(r for r, _ in episodes) / len(episodes)
+            out["train/episode_length"] = sum(n for _, n in episodes) / len(episodes)
+        return out
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is not None and hasattr(dm, "pop_episodes"):
+            log_metrics(trainer, self._episode_metrics(dm), dm.frames)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"since_log": self._since_log}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._since_log = int(state_dict.get("since_log", 0))

@@ -1,0 +1,75 @@
+"""The parts every algorithm shares: action scaling, Polyak targets, schedules, per-env state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import Bounded, Categorical
+
+from rl_lightning.algos.base import IncompatibleEnvError
+from rl_lightning.algos.common import ActionScaler, LinearSchedule, PerEnvState, episode_start, polyak_update
+
+
+def test_action_scaler_maps_the_unit_box_onto_the_bounds_and_back() -> None:
+    spec = Bounded(
+        low=torch.tensor([-2.0, 0.0]).expand(3, 2), high=torch.tensor([2.0, 1.0]).expand(3, 2), shape=(3, 2)
+    )
+    scaler = ActionScaler(spec, "ALGO")
+    unit = torch.tensor([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]])
+    env = scaler.to_env(unit)
+    torch.testing.assert_close(env, torch.tensor([[-2.0, 0.0], [0.0, 0.5], [2.0, 1.0]]))
+    torch.testing.assert_close(scaler.from_env(env), unit)
+    assert scaler.from_env(torch.tensor([[5.0, -3.0]])).tolist() == [[1.0, -1.0]]  # clamped
+    assert scaler.action_dim == 2
+
+
+def test_action_scaler_refuses_discrete_and_unbounded_actions() -> None:
+    with pytest.raises(IncompatibleEnvError, match="bounded continuous"):
+        ActionScaler(Categorical(4, shape=(1,)), "ALGO")
+    with pytest.raises(IncompatibleEnvError, match="finite"):
+        ActionScaler(Bounded(low=-float("inf"), high=1.0, shape=(1, 1)), "ALGO")
+
+
+@pytest.mark.parametrize("tau", [0.25, torch.tensor(0.25)])
+def test_polyak_update_moves_targets_by_tau_towards_the_sources(tau) -> None:
+    targets = [torch.zeros(3), torch.ones(2)]
+    sources = [torch.full((3,), 4.0, requires_grad=True), torch.full((2,), 5.0)]
+    polyak_update(targets, sources, tau)
+    torch.testing.assert_close(targets[0], torch.full((3,), 1.0))
+    torch.testing.assert_close(targets[1], torch.full((2,), 2.0))
+    assert sources[0].grad is None  # the sources are read, never differentiated through
+
+
+def test_polyak_update_with_a_zero_or_one_tensor_is_a_skip_or_a_copy() -> None:
+    target, source = [torch.zeros(2)], [torch.ones(2)]
+    polyak_update(target, source, torch.tensor(0.0))
+    assert target[0].tolist() == [0.0, 0.0]
+    polyak_update(target, source, torch.tensor(1.0))
+    assert target[0].tolist() == [1.0, 1.0]
+
+
+def test_linear_schedule_interpolates_then_holds() -> None:
+    schedule = LinearSchedule(1.0, 0.1, 100)
+    values = [schedule(torch.tensor(float(f))).item() for f in (0, 50, 100, 1000)]
+    assert values == pytest.approx([1.0, 0.55, 0.1, 0.1])
+    with pytest.raises(ValueError, match="duration"):
+        LinearSchedule(1.0, 0.0, 0)
+
+
+def test_per_env_state_resets_only_where_an_episode_starts() -> None:
+    state = PerEnvState(4, (2,), fill=-1.0)
+    state.set(torch.arange(8.0).view(4, 2))
+    out = state.reset(torch.tensor([True, False, False, True]))
+    assert out.tolist() == [[-1.0, -1.0], [2.0, 3.0], [4.0, 5.0], [-1.0, -1.0]]
+    state.reset()
+    assert (state.value == -1).all()
+    assert "value" in dict(state.named_buffers())  # saved with the module, moved with it
+
+
+def test_episode_start_reads_is_init_or_step_count() -> None:
+    td = TensorDict({"step_count": torch.tensor([[0], [3], [0]])}, [3])
+    assert episode_start(td).tolist() == [True, False, True]
+    td["is_init"] = torch.tensor([[False], [True], [False]])
+    assert episode_start(td).tolist() == [False, True, False]
+    assert episode_start(TensorDict({}, [3])) is None
