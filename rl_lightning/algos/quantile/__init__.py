@@ -1,0 +1,13 @@
+"""The distributional family: C51 (and Rainbow), QR-DQN, IQN with risk-sensitive acting, AC-IQN.
+
+- ``math``: the quantile Huber loss, the categorical projection and the distortion risk measures.
+- ``module``: what the discrete members share (acting, the update, targets, noisy layers).
+- ``c51``, ``qrdqn``, ``iqn``: the discrete members; ``aciqn``: the continuous-action actor-critic.
+"""
+
+from rl_lightning.algos.quantile.aciqn import ACIQN
+from rl_lightning.algos.quantile.c51 import C51
+from rl_lightning.algos.quantile.iqn import IQN
+from rl_lightning.algos.quantile.qrdqn import QRDQN
+
+__all__ = ["ACIQN", "C51", "IQN", "QRDQN"]

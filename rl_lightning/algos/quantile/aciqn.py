@@ -1,0 +1,300 @@
+"""AC-IQN: an implicit-quantile critic with a deterministic actor, for continuous actions.
+
+The critic is IQN's network over state-action pairs, :math:`Z_\\tau(s, a)`, trained with the quantile
+Huber loss; the actor :math:`\\mu(s)` is trained, as in DDPG/TD3, to maximise the critic, here its
+distorted mean :math:`\\frac1K\\sum_k Z_{\\beta(\\tilde\\tau_k)}(s, \\mu(s))` (the risk-sensitive
+actor-critic IQN of Théate, Wehenkel, Sabatelli, Ernst & Ernst 2023, "Distributional Reinforcement
+Learning with Unconstrained Monotonic Neural Networks", and of Dabney et al.'s IQN §3.1 distortions).
+TD3's remedies against over-estimation (Fujimoto et al. 2018) carry over: twin critics whose target
+quantiles are the per-fraction minimum, target policy smoothing, and delayed actor and target updates.
+
+TorchRL's ``TD3Loss`` regresses a scalar Q; there is no distributional actor-critic loss to reuse, so
+the critic loss is :func:`~rl_lightning.algos.quantile.math.quantile_huber_loss` (shared with IQN).
+
+The delayed actor: ``update(batch)`` is one full step (critics, actor, targets); a batch that carries the
+key ``"critic_only"`` gets the critic step alone. ``training_step`` marks ``policy_delay - 1`` of every
+``policy_delay`` batches on the host from a Python update counter (saved in checkpoints), so no tensor is
+read and no Python branch depends on a tensor value: a compiled ``update`` has one variant per phase and a
+CUDA-graphed one one graph per input signature (the same scheme as TD3's module).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import TensorSpec
+
+from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.common import ActionScaler, polyak_update
+from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
+from rl_lightning.algos.quantile.module import td_discount
+from rl_lightning.nn.layers import Ensemble
+from rl_lightning.nn.quantile import ImplicitQuantileNet, trunk
+
+__all__ = ["ACIQN", "CRITIC_ONLY"]
+
+#: Batch key that makes ``update`` skip the actor step (its presence counts, not its value).
+CRITIC_ONLY = "critic_only"
+#: Checkpoint entry of the host-side update counter that schedules the delayed actor.
+_COUNTER_KEY = "aciqn_updates"
+
+
+class ACIQN(RLModule):
+    """Actor-critic IQN with TD3's target smoothing, twin critics and delayed actor updates.
+
+    Critic step, with :math:`\\tilde a' = \\mathrm{clip}(\\mu'(s') + \\mathrm{clip}(\\sigma\\epsilon, -c, c),
+    -1, 1)` and fractions :math:`\\tau'_j \\sim U`: targets :math:`y_j = r + \\gamma^n (1 - d)
+    \\min_k Z'^{(k)}_{\\tau'_j}(s', \\tilde a')`; each critic :math:`k` minimises
+    :math:`\\sum_i \\frac1{N'}\\sum_j \\rho^\\kappa_{\\tau_i}(y_j - Z^{(k)}_{\\tau_i}(s, a))`.
+    Actor step (every ``policy_delay`` critic steps): minimise
+    :math:`-\\frac1K\\sum_k Z^{(1)}_{\\beta(\\tilde\\tau_k)}(s, \\mu(s))`, then Polyak-average the target
+    actor and critics.
+
+    Actions live in ``[-1, 1]`` inside the module (the actor's tanh) and are scaled to the env's bounds
+    when acting; the replay holds env actions.
+
+    Args:
+        observation_spec: env observation spec.
+        action_spec: env action spec; bounded continuous.
+        actor_hidden_sizes: the actor MLP's widths.
+        critic_hidden_sizes: the critic's widths, at least two (state-action trunk, then the head).
+        n_cos: cosine basis functions of the fraction embedding.
+        num_critics: critics whose target quantiles are minimised over (2 as in TD3).
+        n_quantiles: ``N``, fractions per prediction.
+        n_target_quantiles: ``N'``, fractions per target.
+        n_policy_quantiles: ``K``, fractions of the actor's objective.
+        kappa: Huber threshold of the quantile loss.
+        risk: distortion of the actor's objective: ``neutral``, ``cvar``, ``wang``, ``cpw`` or ``pow``.
+        risk_param: its :math:`\\eta`.
+        actor_lr: the actor's Adam learning rate.
+        critic_lr: the critics' Adam learning rate.
+        gamma: discount.
+        tau: Polyak rate of the target networks (at each actor step).
+        policy_delay: critic steps per actor step.
+        exploration_noise: std of the Gaussian noise added to the actor's ``[-1, 1]`` action when exploring.
+        target_noise: std :math:`\\sigma` of the target policy smoothing noise.
+        target_noise_clip: its clip :math:`c`.
+        grad_clip: max gradient norm of each step (``None``: no clipping).
+    """
+
+    cuda_graph_safe = ("update", "act")
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        actor_hidden_sizes: Sequence[int] = (256, 256),
+        critic_hidden_sizes: Sequence[int] = (256, 256),
+        n_cos: int = 64,
+        num_critics: int = 2,
+        n_quantiles: int = 32,
+        n_target_quantiles: int = 32,
+        n_policy_quantiles: int = 32,
+        kappa: float = 1.0,
+        risk: str = "neutral",
+        risk_param: float = 0.0,
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        policy_delay: int = 2,
+        exploration_noise: float = 0.1,
+        target_noise: float = 0.2,
+        target_noise_clip: float = 0.5,
+        grad_clip: float | None = None,
+    ) -> None:
+        super().__init__(observation_spec, action_spec)
+        self.actions = ActionScaler(action_spec, "AC-IQN")
+        check_risk(risk, risk_param)
+        if num_critics < 1 or policy_delay < 1:
+            raise ValueError("AC-IQN needs algo.num_critics >= 1 and algo.policy_delay >= 1.")
+        if min(n_quantiles, n_target_quantiles, n_policy_quantiles) < 1 or kappa <= 0:
+            raise ValueError("AC-IQN needs algo.n_*quantiles >= 1 and algo.kappa > 0.")
+        if not 0.0 < gamma <= 1.0 or not 0.0 < tau <= 1.0:
+            raise ValueError("AC-IQN needs algo.gamma in (0, 1] and algo.tau in (0, 1].")
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        obs_dim = int(torch.Size(self.obs_shape).numel())
+        act_dim = self.actions.action_dim
+        actor_hidden = [int(w) for w in actor_hidden_sizes]
+        self.actor = nn.Sequential(
+            trunk(obs_dim, actor_hidden),
+            nn.Linear(actor_hidden[-1] if actor_hidden else obs_dim, act_dim),
+            nn.Tanh(),
+        )
+        critics = [
+            ImplicitQuantileNet(obs_dim + act_dim, [int(w) for w in critic_hidden_sizes], 1, n_cos)
+            for _ in range(num_critics)
+        ]
+        self.critic = Ensemble(critics)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        # The last actor loss, reported by every update (the actor steps only every policy_delay updates).
+        self.register_buffer("last_actor_loss", torch.zeros(()))
+        self.num_updates = 0  # host counter that schedules the actor steps; checkpointed
+        self._params_cache: dict[str, list[Tensor]] | None = None
+
+    # ------------------------------------------------------------------ protocol
+    def replay_requirements(self) -> ReplayRequirements:
+        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
+        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+
+    def policy(self, observation: Tensor, target: bool = False) -> Tensor:
+        """The deterministic action in ``[-1, 1]``, ``[B, A]``."""
+        return (self.actor_target if target else self.actor)(observation.float())
+
+    def quantiles(
+        self, observation: Tensor, action: Tensor, tau: Tensor, target: bool = False, detach: bool = False
+    ) -> Tensor:
+        """Every critic's :math:`Z_\\tau(s, a)`, ``[E, B, N]``.
+
+        Args:
+            observation: ``[B, obs_dim]``.
+            action: ``[B, A]`` in ``[-1, 1]``.
+            tau: ``[B, N]`` fractions.
+            target: the target critics.
+            detach: no gradient into the critics' parameters (the actor's loss).
+        """
+        critic = self.critic_target if target else self.critic
+        return critic(torch.cat([observation.float(), action], -1), tau, detach=detach).squeeze(-1).float()
+
+    @torch.no_grad()
+    def act(self, td: TensorDictBase) -> TensorDictBase:
+        """The actor's action plus Gaussian exploration noise, clipped to the bounds."""
+        a = self.policy(td.get("observation"))
+        a = (a + self.hparams.exploration_noise * torch.randn_like(a)).clamp(-1.0, 1.0)
+        td.set("action", self.actions.to_env(a))
+        return td
+
+    @torch.no_grad()
+    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
+        """The actor's deterministic action."""
+        td.set("action", self.actions.to_env(self.policy(td.get("observation"))))
+        return td
+
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
+        return self.update(self.schedule(batch))
+
+    def schedule(self, batch: TensorDictBase) -> TensorDictBase:
+        """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
+
+        Returns:
+            ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
+        """
+        self.num_updates += 1
+        if self.num_updates % self.hparams.policy_delay == 0:
+            return batch
+        marked = batch.copy()
+        # An empty [B, 0] tensor: it changes the batch's signature (keys), costs no memory and no kernel.
+        marked.set(CRITIC_ONLY, batch.get("observation").new_empty((*batch.batch_size, 0)))
+        return marked
+
+    def update(self, batch: TensorDictBase) -> TensorDictBase:
+        """A critic step on ``batch`` (``[B]`` transitions), then, unless the batch is marked
+        :data:`CRITIC_ONLY`, an actor step and the Polyak update of the target actor and critics.
+
+        Returns:
+            ``loss_qvalue``, ``loss_actor`` (the latest actor step's), ``q_mean``, ``grad_norm`` (critics)
+            and, for a prioritized sample, the per-sample critic losses as priorities.
+        """
+        metrics, per_sample = self.critic_step(batch)
+        # A key of the batch, set on the host by ``schedule``: no tensor is read.
+        if CRITIC_ONLY not in batch.keys():
+            self.actor_step(batch)
+        metrics.set("loss_actor", self.last_actor_loss.clone())
+        return priority_feedback(metrics, batch, per_sample)
+
+    def critic_step(self, batch: TensorDictBase) -> tuple[TensorDictBase, Tensor]:
+        """One step of the critics (see the class docstring).
+
+        Returns:
+            The metrics (``loss_qvalue``, ``q_mean``, ``grad_norm``) and the per-sample losses ``[B]``
+            (averaged over critics).
+        """
+        hp = self.hparams
+        obs = batch.get("observation").float()
+        next_obs = batch.get(("next", "observation")).float()
+        action = self.actions.from_env(batch.get("action").float())
+        reward, discount = td_discount(batch, hp.gamma)
+        b = obs.shape[0]
+        with torch.no_grad():
+            next_a = self.policy(next_obs, target=True)
+            noise = (hp.target_noise * torch.randn_like(next_a)).clamp(
+                -hp.target_noise_clip, hp.target_noise_clip
+            )
+            next_a = (next_a + noise).clamp(-1.0, 1.0)
+            tau_next = torch.rand(b, hp.n_target_quantiles, device=obs.device)
+            next_z = self.quantiles(next_obs, next_a, tau_next, target=True).min(0).values  # [B, N']
+            target = reward + discount * next_z
+        tau = torch.rand(b, hp.n_quantiles, device=obs.device)
+        pred = self.quantiles(obs, action, tau)  # [E, B, N]
+        per_critic = quantile_huber_loss(pred, target.expand(pred.shape[0], -1, -1), tau, hp.kappa)  # [E, B]
+        per_sample = per_critic.sum(0)
+        weight = batch.get("priority_weight", None)
+        loss = (per_sample * weight.reshape(-1)).mean() if weight is not None else per_sample.mean()
+        opt = self.optimizer(1)
+        opt.zero_grad(set_to_none=False)
+        self.backward_loss(loss)
+        grad_norm = self._clip(self._params()["critic"], loss)
+        opt.step()
+        metrics = TensorDict(
+            {"loss_qvalue": loss.detach(), "q_mean": pred.detach().mean(), "grad_norm": grad_norm},
+            batch_size=[],
+        )
+        return metrics, per_sample.detach() / pred.shape[0]
+
+    def actor_step(self, batch: TensorDictBase) -> Tensor:
+        """One actor step on the distorted mean of the first critic, then the Polyak target updates."""
+        hp = self.hparams
+        obs = batch.get("observation").float()
+        tau = distort(
+            torch.rand(obs.shape[0], hp.n_policy_quantiles, device=obs.device), hp.risk, hp.risk_param
+        )
+        # Critic parameters detached: the actor's loss moves only the actor.
+        z = self.quantiles(obs, self.policy(obs), tau, detach=True)[0]  # [B, K]
+        loss = -z.mean()
+        opt = self.optimizer(0)
+        opt.zero_grad(set_to_none=False)
+        self.backward_loss(loss)
+        self._clip(self._params()["actor"], loss)
+        opt.step()
+        p = self._params()
+        polyak_update(p["actor_target"], p["actor"], hp.tau)
+        polyak_update(p["critic_target"], p["critic"], hp.tau)
+        self.last_actor_loss.copy_(loss.detach())
+        return loss.detach()
+
+    # ------------------------------------------------------------------ helpers
+    def _clip(self, params: list[Tensor], loss: Tensor) -> Tensor:
+        if self.hparams.grad_clip is None:
+            return torch.zeros((), device=loss.device)
+        return nn.utils.clip_grad_norm_(params, self.hparams.grad_clip).detach()
+
+    def _params(self) -> dict[str, list[Tensor]]:
+        # Cached leaves (walking modules costs more than a small update on a CPU); dropped when moved.
+        if self._params_cache is None:
+            self._params_cache = {
+                name: list(getattr(self, name).parameters())
+                for name in ("actor", "critic", "actor_target", "critic_target")
+            }
+        return self._params_cache
+
+    def _apply(self, fn, recurse: bool = True):
+        self._params_cache = None
+        return super()._apply(fn, recurse)
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [
+            self.make_optimizer(self.actor.parameters(), self.hparams.actor_lr),
+            self.make_optimizer(self.critic.parameters(), self.hparams.critic_lr),
+        ]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[_COUNTER_KEY] = self.num_updates
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.num_updates = int(checkpoint.get(_COUNTER_KEY, 0))

@@ -1,0 +1,152 @@
+"""IQN: implicit quantile networks (Dabney, Ostrovski, Silver & Munos 2018), with risk-sensitive acting.
+
+TorchRL has no IQN loss (its distributional loss is C51's categorical one); the loss is
+:func:`~rl_lightning.algos.quantile.math.quantile_huber_loss` on sampled fractions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor
+from torchrl.data import TensorSpec
+
+from rl_lightning.algos.quantile.math import check_risk, distort, midpoint_fractions, quantile_huber_loss
+from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.nn.quantile import ImplicitQuantileNet
+
+__all__ = ["IQN"]
+
+
+class IQN(DiscreteDistributional):
+    """The quantile function :math:`Z_\\tau(s, a)` for any fraction :math:`\\tau`, learnt from samples.
+
+    Per update: ``N`` fractions :math:`\\tau_i \\sim U[0, 1]` for the prediction, ``N'`` fractions
+    :math:`\\tau'_j` for the target :math:`y_j = r + \\gamma^n (1 - d) Z'_{\\tau'_j}(s', a^*)`, with
+    :math:`a^* = \\arg\\max_a \\frac1K \\sum_k Z_{\\beta(\\tilde\\tau_k)}(s', a)` (the target net, or the
+    online net with ``double_dqn``) and loss :math:`\\sum_i \\frac1{N'} \\sum_j
+    \\rho^\\kappa_{\\tau_i}(y_j - Z_{\\tau_i}(s, a))` (Algorithm 1 of the paper).
+
+    Acting maximises the distorted expectation :math:`\\frac1K \\sum_k Z_{\\beta(\\tilde\\tau_k)}(s, a)`
+    for the distortion :math:`\\beta` of ``risk`` (see :mod:`rl_lightning.algos.quantile.math`): the
+    exploring policy draws :math:`\\tilde\\tau_k \\sim U[0, 1]` as in the paper, the evaluation policy uses
+    the fixed midpoints :math:`(2k - 1)/(2K)`, so it is deterministic; both apply :math:`\\beta`.
+
+    Args:
+        observation_spec: env observation spec.
+        action_spec: env action spec; must be discrete.
+        hidden_sizes: at least two widths: the state trunk :math:`\\psi` (its last width is the embedding
+            width), then the head's hidden layer.
+        n_cos: cosine basis functions of the fraction embedding (64 in the paper).
+        n_quantiles: ``N``, fractions per prediction (64 in the paper).
+        n_target_quantiles: ``N'``, fractions per target (64 in the paper).
+        n_policy_quantiles: ``K``, fractions per action choice (32 in the paper).
+        kappa: Huber threshold of the quantile loss (1 in the paper).
+        risk: the distortion of acting: ``neutral``, ``cvar``, ``wang``, ``cpw`` or ``pow``.
+        risk_param: its :math:`\\eta` (CVaR's tail fraction, Wang's shift, CPW's and Pow's exponent).
+        lr: Adam learning rate.
+        gamma: discount.
+        double_dqn: choose the next action with the online network.
+        dueling: dueling head.
+        noisy: noisy layers in the head.
+        noisy_std: :math:`\\sigma_0` of the noisy layers.
+        target_update: ``soft`` or ``hard``.
+        tau: Polyak rate of soft updates.
+        hard_update_every: updates between copies of hard updates.
+        eps_start: initial exploration rate.
+        eps_end: final exploration rate.
+        eps_decay_frames: frames over which epsilon decays linearly.
+        grad_clip: max gradient norm (``None``: no clipping).
+        adam_eps: Adam's epsilon (``0.01 / 32`` in the paper).
+    """
+
+    policy_fractions: Tensor
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int] = (256, 256),
+        n_cos: int = 64,
+        n_quantiles: int = 64,
+        n_target_quantiles: int = 64,
+        n_policy_quantiles: int = 32,
+        kappa: float = 1.0,
+        risk: str = "neutral",
+        risk_param: float = 0.0,
+        lr: float = 1e-3,
+        gamma: float = 0.99,
+        double_dqn: bool = False,
+        dueling: bool = False,
+        noisy: bool = False,
+        noisy_std: float = 0.5,
+        target_update: str = "soft",
+        tau: float = 0.005,
+        hard_update_every: int = 1000,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        eps_decay_frames: int = 10_000,
+        grad_clip: float | None = 10.0,
+        adam_eps: float = 1e-8,
+    ) -> None:
+        super().__init__(
+            observation_spec, action_spec, "IQN", lr, gamma, target_update, tau, hard_update_every,
+            eps_start, eps_end, eps_decay_frames, grad_clip, adam_eps,
+        )  # fmt: skip
+        if min(n_quantiles, n_target_quantiles, n_policy_quantiles) < 1 or kappa <= 0:
+            raise ValueError(
+                "IQN needs algo.n_quantiles, n_target_quantiles, n_policy_quantiles >= 1 and kappa > 0."
+            )
+        check_risk(risk, risk_param)
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        self.register_buffer("policy_fractions", midpoint_fractions(n_policy_quantiles))
+        self.online = ImplicitQuantileNet(
+            self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_cos, dueling, noisy, noisy_std
+        )
+        self._make_target()
+
+    def distort(self, tau: Tensor) -> Tensor:
+        """The acting distortion :math:`\\beta(\\tau)` of ``risk`` and ``risk_param``."""
+        return distort(tau, self.hparams.risk, self.hparams.risk_param)
+
+    def quantiles(self, observation: Tensor, tau: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
+        """:math:`Z_\\tau(s, a)`, ``[B, N, A]``, for observations ``[B, obs_dim]``, fractions ``[B, N]``."""
+        net = self.target if target else self.online
+        return net(observation, tau, noisy).float()
+
+    def policy_tau(self, batch: int, device: torch.device, explore: bool) -> Tensor:
+        """The ``K`` distorted fractions of acting, ``[batch, K]``: sampled (explore) or the fixed grid."""
+        if explore:
+            tau = torch.rand(batch, self.hparams.n_policy_quantiles, device=device)
+        else:
+            tau = self.policy_fractions.expand(batch, -1)
+        return self.distort(tau)
+
+    def distorted_q(self, observation: Tensor, noisy: bool, explore: bool, target: bool = False) -> Tensor:
+        """:math:`\\frac1K \\sum_k Z_{\\beta(\\tilde\\tau_k)}(s, a)`, ``[B, A]``."""
+        tau = self.policy_tau(observation.shape[0], observation.device, explore)
+        return self.quantiles(observation, tau, noisy, target).mean(-2)
+
+    def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
+        return self.distorted_q(observation, noisy, explore)
+
+    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
+        """Quantile Huber loss per transition ``[B]``, sampled fractions; mean Q of the taken actions."""
+        hp = self.hparams
+        obs = batch.get("observation").float()
+        next_obs = batch.get(("next", "observation")).float()
+        b = obs.shape[0]
+        action = batch.get("action").reshape(-1, 1, 1).long()
+        reward, discount = td_discount(batch, hp.gamma)
+        tau = torch.rand(b, hp.n_quantiles, device=obs.device)
+        pred = self.quantiles(obs, tau).gather(-1, action.expand(-1, hp.n_quantiles, 1)).squeeze(-1)  # [B, N]
+        with torch.no_grad():
+            next_a = self.distorted_q(next_obs, noisy=True, explore=True, target=not hp.double_dqn).argmax(-1)
+            tau_next = torch.rand(b, hp.n_target_quantiles, device=obs.device)
+            next_z = self.quantiles(next_obs, tau_next, target=True)  # [B, N', A]
+            next_z = next_z.gather(-1, next_a.reshape(-1, 1, 1).expand(-1, hp.n_target_quantiles, 1))
+            target = reward + discount * next_z.squeeze(-1)
+        loss = quantile_huber_loss(pred, target, tau, hp.kappa)
+        return loss, pred.detach().mean()

@@ -1,0 +1,116 @@
+"""QR-DQN: quantile regression DQN (Dabney et al. 2017, "Distributional Reinforcement Learning with
+Quantile Regression").
+
+TorchRL has no quantile-regression loss; the loss is :func:`~rl_lightning.algos.quantile.math.
+quantile_huber_loss` on ``N`` fixed fractions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor
+from torchrl.data import TensorSpec
+
+from rl_lightning.algos.quantile.math import midpoint_fractions, quantile_huber_loss
+from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.nn.quantile import DistributionalQNet
+
+__all__ = ["QRDQN"]
+
+
+class QRDQN(DiscreteDistributional):
+    """``N`` quantiles per action at the fixed fractions :math:`\\hat\\tau_i = (2i - 1)/(2N)`.
+
+    :math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`. Target samples
+    :math:`y_j = r + \\gamma^n (1 - d)\\, \\theta'_j(s', a^*)` with :math:`a^* = \\arg\\max_a Q(s', a)` (the
+    target net's Q, or the online net's with ``double_dqn``); the loss is the quantile Huber loss
+    :math:`\\sum_i \\frac1N \\sum_j \\rho^\\kappa_{\\hat\\tau_i}(y_j - \\theta_i(s, a))`.
+
+    Args:
+        observation_spec: env observation spec.
+        action_spec: env action spec; must be discrete.
+        hidden_sizes: layer widths (trunk, then the head's hidden layer).
+        n_quantiles: ``N`` (200 in the paper).
+        kappa: Huber threshold of the quantile loss (1 in the paper).
+        lr: Adam learning rate.
+        gamma: discount.
+        double_dqn: choose the next action with the online network.
+        dueling: dueling head (per quantile).
+        noisy: noisy layers in the head.
+        noisy_std: :math:`\\sigma_0` of the noisy layers.
+        target_update: ``soft`` or ``hard``.
+        tau: Polyak rate of soft updates.
+        hard_update_every: updates between copies of hard updates.
+        eps_start: initial exploration rate.
+        eps_end: final exploration rate.
+        eps_decay_frames: frames over which epsilon decays linearly.
+        grad_clip: max gradient norm (``None``: no clipping).
+        adam_eps: Adam's epsilon (``0.01 / 32`` in the paper).
+    """
+
+    fractions: Tensor
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int] = (256, 256),
+        n_quantiles: int = 200,
+        kappa: float = 1.0,
+        lr: float = 1e-3,
+        gamma: float = 0.99,
+        double_dqn: bool = False,
+        dueling: bool = False,
+        noisy: bool = False,
+        noisy_std: float = 0.5,
+        target_update: str = "soft",
+        tau: float = 0.005,
+        hard_update_every: int = 1000,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        eps_decay_frames: int = 10_000,
+        grad_clip: float | None = 10.0,
+        adam_eps: float = 1e-8,
+    ) -> None:
+        super().__init__(
+            observation_spec, action_spec, "QR-DQN", lr, gamma, target_update, tau, hard_update_every,
+            eps_start, eps_end, eps_decay_frames, grad_clip, adam_eps,
+        )  # fmt: skip
+        if n_quantiles < 1 or kappa <= 0:
+            raise ValueError(
+                f"QR-DQN needs algo.n_quantiles >= 1 and algo.kappa > 0, got {n_quantiles}, {kappa}."
+            )
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        self.register_buffer("fractions", midpoint_fractions(n_quantiles))
+        self.online = DistributionalQNet(
+            self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_quantiles, dueling, noisy, noisy_std
+        )
+        self._make_target()
+
+    def quantiles(self, observation: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
+        """Quantiles ``[B, A, N]`` at :attr:`fractions`."""
+        net = self.target if target else self.online
+        return net(observation, noisy).float()
+
+    def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
+        """:math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`, ``[B, A]``."""
+        return self.quantiles(observation, noisy).mean(-1)
+
+    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
+        """Quantile Huber loss per transition ``[B]``; and the mean Q of the taken actions."""
+        n = self.hparams.n_quantiles
+        obs = batch.get("observation").float()
+        next_obs = batch.get(("next", "observation")).float()
+        action = batch.get("action").reshape(-1, 1, 1).long()
+        reward, discount = td_discount(batch, self.hparams.gamma)
+        pred = self.quantiles(obs).gather(-2, action.expand(-1, 1, n)).squeeze(-2)  # [B, N]
+        with torch.no_grad():
+            next_q = self.quantiles(next_obs, target=True)  # [B, A, N]
+            chooser = self.quantiles(next_obs) if self.hparams.double_dqn else next_q
+            next_a = chooser.mean(-1).argmax(-1).reshape(-1, 1, 1)
+            target = reward + discount * next_q.gather(-2, next_a.expand(-1, 1, n)).squeeze(-2)
+        loss = quantile_huber_loss(pred, target, self.fractions, self.hparams.kappa)
+        return loss, pred.detach().mean()
