@@ -3,6 +3,22 @@
 from rl_lightning.algos.base import IncompatibleEnvError, RLModule
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.quantile import ACIQN, C51, IQN, QRDQN
+from rl_lightning.algos.sac import SAC
+from rl_lightning.algos.sac_discrete import DiscreteSAC
+from rl_lightning.algos.td3 import DDPG, TD3
 from rl_lightning.algos.tdmpc2 import TDMPC2
 
-__all__ = ["ACIQN", "C51", "DQN", "IQN", "QRDQN", "TDMPC2", "IncompatibleEnvError", "RLModule"]
+__all__ = [
+    "ACIQN",
+    "C51",
+    "DDPG",
+    "DQN",
+    "IQN",
+    "QRDQN",
+    "SAC",
+    "TD3",
+    "TDMPC2",
+    "DiscreteSAC",
+    "IncompatibleEnvError",
+    "RLModule",
+]

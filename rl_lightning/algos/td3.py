@@ -1,0 +1,345 @@
+"""TD3 (Fujimoto et al. 2018) and DDPG (Lillicrap et al. 2016): deterministic actors, Gaussian exploration.
+
+TD3's losses are TorchRL's ``TD3Loss``: clipped double-Q targets from target critics, target policy
+smoothing (clipped Gaussian noise on the target actor's action), the actor trained on the first critic.
+DDPG's are TorchRL's ``DDPGLoss`` (one critic, target actor and critic). Both use MSE critic losses and
+TD(0) targets (``gamma ** steps_to_next_obs`` with n-step replay); targets follow TorchRL's ``SoftUpdate``.
+Actors act in ``[-1, 1]`` (a tanh output layer); noise scales are in those units, and actions are mapped
+affinely to the env's bounds (stored actions are mapped back in ``update``).
+
+The delayed actor update: ``update(batch)`` is one full step (critic, actor, targets); a batch that
+carries the key ``"critic_only"`` gets the critic step alone. ``training_step`` marks ``policy_delay - 1``
+of every ``policy_delay`` batches on the host from a Python update counter, so no tensor is read and no
+Python branch depends on a tensor value: a compiled ``update`` has one variant per schedule phase and a
+CUDA-graphed one has one graph per input signature (critic-only and full), both of static shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.data import Bounded, TensorSpec
+from torchrl.modules import Actor, ValueOperator
+from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
+
+from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.common import ActionScaler
+from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
+
+__all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
+
+#: Batch key that makes ``update`` skip the actor step (its presence counts, not its value).
+CRITIC_ONLY = "critic_only"
+#: Checkpoint entry of the host-side update counter that schedules the delayed actor.
+_COUNTER_KEY = "actor_critic_updates"
+
+
+class DeterministicActorCritic(RLModule):
+    """What TD3 and DDPG share: the deterministic actor, exploration, the delayed update, PER feedback.
+
+    Subclasses build ``self.loss_module`` and implement ``_critic_loss`` and ``_actor_loss``.
+
+    Args:
+        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
+        hidden_sizes: hidden widths of the actor and of each critic.
+        actor_lr: Adam learning rate of the actor.
+        critic_lr: Adam learning rate of the critic(s).
+        gamma: discount.
+        tau: Polyak rate of the target networks.
+        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
+        policy_delay: critic updates per actor (and target) update.
+        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+    """
+
+    cuda_graph_safe = ("update", "act")
+    loss_module: LossModule
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int],
+        actor_lr: float,
+        critic_lr: float,
+        gamma: float,
+        tau: float,
+        exploration_noise: float,
+        policy_delay: int,
+        grad_clip: float | None,
+    ) -> None:
+        super().__init__(observation_spec, action_spec)
+        name = type(self).__name__
+        self.actions = ActionScaler(action_spec, name)
+        if len(self.obs_shape) != 1:
+            raise IncompatibleEnvError(
+                f"{name} takes vector observations, got shape {tuple(self.obs_shape)}; "
+                "flatten the observation with a gymnasium wrapper."
+            )
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"algo.tau={tau} must lie in (0, 1].")
+        if exploration_noise < 0:
+            raise ValueError(f"algo.exploration_noise={exploration_noise} must be >= 0.")
+        if policy_delay < 1:
+            raise ValueError(f"algo.policy_delay={policy_delay} must be >= 1 (1: no delay).")
+        if grad_clip is not None and grad_clip <= 0:
+            raise ValueError(f"algo.grad_clip={grad_clip} must be > 0 or null (no clipping).")
+        self.obs_dim, self.action_dim = int(self.obs_shape[0]), self.actions.action_dim
+        self.unit_box = Bounded(-1.0, 1.0, shape=(self.action_dim,))
+        self.actor_net = DeterministicActorNet(self.obs_dim, self.action_dim, hidden_sizes)
+        self.policy_delay = policy_delay
+        # The last actor step's loss (and gradient norm), returned by critic-only updates too, so that every
+        # update has the same metrics.
+        self.register_buffer("last_loss_actor", torch.zeros(()))
+        self.register_buffer("last_grad_norm_actor", torch.zeros(()))
+        # Updates scheduled so far: a Python int, read on the host only (checkpointed, see below).
+        self.num_updates = 0
+        self._params_cache: dict[str, list[torch.Tensor]] | None = None
+
+    def _modules_for_loss(self, hidden_sizes: Sequence[int]) -> tuple[Actor, ValueOperator]:
+        """The actor (around ``actor_net``) and a critic as TorchRL modules, for the loss to take over.
+
+        Not registered here: the loss owns their parameters (TD3Loss re-initialises one critic per
+        ensemble member), so registering them would list unused template parameters.
+        """
+        actor = Actor(self.actor_net, in_keys=["observation"], out_keys=["action"], spec=self.unit_box)
+        critic = ValueOperator(
+            QNet(self.obs_dim, self.action_dim, hidden_sizes), in_keys=["observation", "action"]
+        )
+        return actor, critic
+
+    def _finish_loss(self) -> None:
+        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=self.hparams.gamma)
+        self.target_updater = SoftUpdate(self.loss_module, tau=self.hparams.tau)
+
+    # ------------------------------------------------------------------ protocol
+    def replay_requirements(self) -> ReplayRequirements:
+        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
+        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+
+    @torch.no_grad()
+    def act(self, td: TensorDictBase) -> TensorDictBase:
+        """The actor's actions ``[N, A]`` plus Gaussian noise, clipped to the bounds."""
+        action = self.actor_net(td.get("observation").float())
+        noise = torch.randn_like(action) * self.hparams.exploration_noise
+        td.set("action", self.actions.to_env((action + noise).clamp(-1.0, 1.0)))
+        return td
+
+    @torch.no_grad()
+    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
+        """The actor's action, without noise."""
+        td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))
+        return td
+
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
+        return self.update(self.schedule(batch))
+
+    def schedule(self, batch: TensorDictBase) -> TensorDictBase:
+        """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
+
+        Returns:
+            ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
+        """
+        self.num_updates += 1
+        if self.num_updates % self.policy_delay == 0:
+            return batch
+        marked = batch.copy()
+        # An empty [B, 0] tensor: it changes the batch's signature (keys), costs no memory and no kernel.
+        marked.set(CRITIC_ONLY, batch.get("observation").new_empty((*batch.batch_size, 0)))
+        return marked
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[_COUNTER_KEY] = self.num_updates
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.num_updates = int(checkpoint.get(_COUNTER_KEY, 0))
+
+    # ------------------------------------------------------------------ the update
+    def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
+        """A shallow copy of the replay sample with its actions mapped to ``[-1, 1]``."""
+        td = batch.copy()
+        td.set("action", self.actions.from_env(batch.get("action")))
+        return td
+
+    def _critic_loss(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns the critic loss, ``|TD error|`` ``[B]`` and the mean predicted Q-value."""
+        raise NotImplementedError
+
+    def _actor_loss(self, td: TensorDictBase) -> torch.Tensor:
+        raise NotImplementedError
+
+    def update(self, batch: TensorDictBase) -> TensorDictBase:
+        """One critic step on ``batch`` (``[B]`` transitions), then, unless the batch is marked
+        :data:`CRITIC_ONLY`, one actor step and a Polyak update of every target network.
+
+        Returns:
+            ``loss_qvalue``, ``loss_actor`` (the latest actor step's), ``q_value`` (mean predicted Q),
+            ``grad_norm_qvalue``/``grad_norm_actor`` when clipping, and, for a prioritized sample, the new
+            priorities ``|TD error|`` under ``"priority"``.
+        """
+        td = self._loss_input(batch)
+        opt_actor, opt_critic = self.optimizer(0), self.optimizer(1)
+        params = self._param_lists()
+        loss_q, td_error, q_value = self._critic_loss(td)
+        opt_critic.zero_grad(set_to_none=False)
+        self.backward_loss(loss_q)
+        clip = self.hparams.grad_clip
+        metrics = {"loss_qvalue": loss_q.detach(), "q_value": q_value.detach()}
+        if clip is not None:
+            metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], clip).detach()
+        opt_critic.step()
+        # A key of the batch, set on the host by ``schedule``: no tensor is read.
+        if CRITIC_ONLY not in batch.keys():
+            loss_pi = self._actor_loss(td)
+            opt_actor.zero_grad(set_to_none=False)
+            self.backward_loss(loss_pi)
+            if clip is not None:
+                self.last_grad_norm_actor.copy_(nn.utils.clip_grad_norm_(params["actor"], clip))
+            opt_actor.step()
+            self.target_updater.step()
+            self.last_loss_actor.copy_(loss_pi.detach())
+        metrics["loss_actor"] = self.last_loss_actor.clone()
+        if clip is not None:
+            metrics["grad_norm_actor"] = self.last_grad_norm_actor.clone()
+        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
+
+    def _param_lists(self) -> dict[str, list[torch.Tensor]]:
+        # Cached leaves of the TensorDictParams (walking them costs more than a small net's update on a
+        # CPU); dropped whenever the module moves (see ``_apply``).
+        if self._params_cache is None:
+            loss = self.loss_module
+            critic = loss.qvalue_network_params if isinstance(loss, TD3Loss) else loss.value_network_params
+            self._params_cache = {
+                "actor": list(loss.actor_network_params.values(True, True)),
+                "critic": list(critic.values(True, True)),
+            }
+        return self._params_cache
+
+    def _apply(self, fn, recurse: bool = True):
+        self._params_cache = None
+        return super()._apply(fn, recurse)
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        """Actor, then critic(s): one Adam each."""
+        params = self._param_lists()
+        return [
+            self.make_optimizer(params["actor"], self.hparams.actor_lr),
+            self.make_optimizer(params["critic"], self.hparams.critic_lr),
+        ]
+
+
+class TD3(DeterministicActorCritic):
+    """Twin Delayed DDPG: clipped double Q, target policy smoothing, delayed actor and target updates.
+
+    Args:
+        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
+        hidden_sizes: hidden widths of the actor and of each critic.
+        actor_lr: Adam learning rate of the actor.
+        critic_lr: Adam learning rate of the critics.
+        gamma: discount.
+        tau: Polyak rate of the target networks.
+        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
+        policy_delay: critic updates per actor (and target) update.
+        target_noise: std of the smoothing noise on the target actor's action, in ``[-1, 1]`` units.
+        noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]``.
+        num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
+        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        exploration_noise: float = 0.1,
+        policy_delay: int = 2,
+        target_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        num_qvalue_nets: int = 2,
+        grad_clip: float | None = None,
+    ) -> None:
+        super().__init__(
+            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
+            exploration_noise, policy_delay, grad_clip,
+        )  # fmt: skip
+        if target_noise < 0 or noise_clip < 0:
+            raise ValueError("algo.target_noise and algo.noise_clip must be >= 0.")
+        if num_qvalue_nets < 1:
+            raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        actor, critic = self._modules_for_loss(hidden_sizes)
+        self.loss_module = TD3Loss(
+            actor,
+            critic,
+            action_spec=self.unit_box,
+            num_qvalue_nets=num_qvalue_nets,
+            policy_noise=target_noise,
+            noise_clip=noise_clip,
+            loss_function="l2",
+        )
+        self._finish_loss()
+
+    def _critic_loss(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        loss, meta = self.loss_module.value_loss(td)
+        # TD3Loss reports squared TD errors per critic; PER's priority is the larger |TD error|.
+        return loss, meta["td_error"].detach().amax(0).sqrt(), meta["pred_value"].mean()
+
+    def _actor_loss(self, td: TensorDictBase) -> torch.Tensor:
+        return self.loss_module.actor_loss(td)[0]
+
+
+class DDPG(DeterministicActorCritic):
+    """Deep Deterministic Policy Gradient: one critic, target actor and critic, Gaussian exploration.
+
+    Args:
+        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
+        hidden_sizes: hidden widths of the actor and of the critic.
+        actor_lr: Adam learning rate of the actor.
+        critic_lr: Adam learning rate of the critic.
+        gamma: discount.
+        tau: Polyak rate of the target networks.
+        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
+        grad_clip: max gradient norm of the actor and of the critic (``None``: no clipping).
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        exploration_noise: float = 0.1,
+        grad_clip: float | None = None,
+    ) -> None:
+        super().__init__(
+            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
+            exploration_noise, 1, grad_clip,
+        )  # fmt: skip
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        actor, critic = self._modules_for_loss(hidden_sizes)
+        self.loss_module = DDPGLoss(actor, critic, loss_function="l2", delay_actor=True)
+        self._finish_loss()
+
+    def _critic_loss(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        loss, meta = self.loss_module.loss_value(td)
+        return loss, meta["td_error"].sqrt(), meta["pred_value"].mean()
+
+    def _actor_loss(self, td: TensorDictBase) -> torch.Tensor:
+        return self.loss_module.loss_actor(td)[0]
