@@ -2,9 +2,9 @@
 
 The critic is IQN's network over state-action pairs, :math:`Z_\\tau(s, a)`, trained with the quantile
 Huber loss; the actor :math:`\\mu(s)` is trained, as in DDPG/TD3, to maximise the critic, here its
-distorted mean :math:`\\frac1K\\sum_k Z_{\\beta(\\tilde\\tau_k)}(s, \\mu(s))` (the risk-sensitive
-actor-critic IQN of Théate, Wehenkel, Sabatelli, Ernst & Ernst 2023, "Distributional Reinforcement
-Learning with Unconstrained Monotonic Neural Networks", and of Dabney et al.'s IQN §3.1 distortions).
+distorted mean :math:`\\frac1K\\sum_k Z_{\\beta(\\tilde\\tau_k)}(s, \\mu(s))` with IQN's distortion risk
+measures (Dabney et al. 2018, §3.1), the way risk-sensitive distributional actor-critics such as DSAC
+(Ma et al. 2020) apply them to an IQN critic.
 TD3's remedies against over-estimation (Fujimoto et al. 2018) carry over: twin critics whose target
 quantiles are the per-fraction minimum, target policy smoothing, and delayed actor and target updates.
 

@@ -1,0 +1,192 @@
+"""Optimization callbacks change speed, not results: C51, Rainbow, QR-DQN, IQN and AC-IQN, with and without
+each.
+
+The harness is the one of ``tests/test_callbacks_equivalence.py``: the module built from its experiment's
+config with a fixed seed, ``K`` updates by a real ``lightning.Trainer`` on fixed batches, ``act`` on fixed
+observations after every update. The random draws inside the hot paths (IQN's fractions, Rainbow's noise,
+AC-IQN's smoothing and exploration noise) are the same with and without a callback (compile draws them
+with eager's generator), so losses and exploring actions compare too. The hard target copy of the
+discrete members happens every 2 updates, and AC-IQN runs with ``policy_delay=2``, so the ``K`` updates
+take both its critic-only and its full variant.
+
+- ``FusedOptimizer`` and ``TorchCompile`` (default mode): float32 rounding only. Compiling ``update``
+  takes tens of seconds per algorithm on this 2-core CPU, so those tests are marked ``slow``; compiling
+  ``act`` alone runs always.
+- ``MixedPrecision`` (bf16): looser bounds on the first update's loss, on the direction of the parameter
+  change and on the share of equal actions.
+- CUDA graphs (after compile) on a GPU (``gpu``, skipped without CUDA).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from tensordict import TensorDict
+from test_callbacks_equivalence import (
+    ACT_N,
+    BF16_FIRST_LOSS,
+    FixedBatches,
+    K,
+    Recorder,
+    Result,
+    assert_matches,
+    change_agreement,
+    compile_run,
+    metrics_rel_diff,
+    run,
+)
+
+from callbacks import CudaGraphs, FusedOptimizer, MixedPrecision, TorchCompile
+from rl_lightning.cli import compose
+from rl_lightning.cli.run import build_module, env_config
+
+DISCRETE = ["device=cpu", "algo.hidden_sizes=[32,32]", "algo.hard_update_every=2"]
+EPS = ["algo.eps_start=0.3", "algo.eps_end=0.3"]  # random and greedy actions both exercised
+SMALL_IQN = ["algo.n_quantiles=8", "algo.n_target_quantiles=8", "algo.n_policy_quantiles=8", "algo.n_cos=16"]
+EXPERIMENTS = {
+    "c51": ["+experiment=c51_cartpole", *DISCRETE, *EPS],
+    "rainbow": ["+experiment=rainbow_cartpole", *DISCRETE],
+    "qrdqn": ["+experiment=qrdqn_cartpole", *DISCRETE, *EPS],
+    "iqn": ["+experiment=iqn_cartpole", *DISCRETE, *EPS, *SMALL_IQN, "algo.risk=cvar", "algo.risk_param=0.5"],
+    "aciqn": [
+        "+experiment=aciqn_pendulum", "device=cpu", "algo.actor_hidden_sizes=[32,32]",
+        "algo.critic_hidden_sizes=[32,32]", *SMALL_IQN, "algo.policy_delay=2",
+    ],
+}  # fmt: skip
+LOSS = {"aciqn": "loss_qvalue"}
+# Measured here (CPU, torch 2.13), bf16 against float32 after K = 4 updates: the first update's loss within
+# 0.01-0.07%; the parameter change has a cosine of 0.98-1.0 with float32's and over 99.5% of its
+# larger-than-median entries keep their sign; 88% (C51: its Q-values are expectations over a 0-100 support of
+# nearly uniform probabilities after 4 updates, so greedy actions flip on near-ties) to 100% of the discrete
+# actions are equal. The bounds allow about 2x to 5x the differences.
+BF16_COSINE = 0.9
+BF16_SIGNS = 0.95
+BF16_ACTIONS = 0.75
+BF16_ACTION_GAP = 0.1  # AC-IQN: mean |action difference| as a share of the action range
+
+
+def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, list]:
+    g = torch.Generator().manual_seed(11)
+    obs_dim = int(module.obs_shape[0])
+    discrete = hasattr(module, "n_actions")
+
+    def action(n: int) -> torch.Tensor:
+        if discrete:
+            return torch.randint(0, module.n_actions, (n,), generator=g)
+        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
+
+    def batch() -> TensorDict:
+        term = torch.rand(b, 1, generator=g) < 0.1
+        return TensorDict(
+            {
+                "observation": torch.randn(b, obs_dim, generator=g),
+                "action": action(b),
+                "next": {
+                    "observation": torch.randn(b, obs_dim, generator=g),
+                    "reward": torch.rand(b, 1, generator=g),
+                    "terminated": term,
+                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
+                    "done": term.clone(),
+                },
+            },
+            batch_size=[b],
+        )
+
+    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
+    return [batch() for _ in range(k)], obs
+
+
+def exact_actions(name: str) -> bool:
+    return name != "aciqn"
+
+
+_REFERENCES: dict[str, Result] = {}
+
+
+def reference(name: str) -> Result:
+    if name not in _REFERENCES:
+        _REFERENCES[name] = run(EXPERIMENTS[name], make_data, [])
+    return _REFERENCES[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_fused_optimizer_matches(name: str) -> None:
+    other = run(EXPERIMENTS[name], make_data, [FusedOptimizer()])
+    assert_matches(reference(name), other, exact_actions=exact_actions(name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_compiled_act_matches(name: str) -> None:
+    other = run(EXPERIMENTS[name], make_data, [TorchCompile(mode="default", paths=["act"])])
+    assert_matches(reference(name), other, exact_actions=exact_actions(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_compile_matches(name: str) -> None:
+    assert_matches(reference(name), compile_run(EXPERIMENTS[name], make_data), exact_actions(name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_bf16_close(name: str) -> None:
+    ref, low = reference(name), run(EXPERIMENTS[name], make_data, [MixedPrecision("bf16")])
+    assert metrics_rel_diff(ref, low, step=0, keys=[LOSS.get(name, "loss")]) < BF16_FIRST_LOSS
+    cosine, signs = change_agreement(ref, low)
+    assert cosine > BF16_COSINE and signs > BF16_SIGNS, (cosine, signs)
+    if exact_actions(name):
+        same = torch.cat([a == b for a, b in zip(ref.actions, low.actions)]).float().mean().item()
+        assert same >= BF16_ACTIONS
+    else:
+        scale = ref.before["actions.scale"]
+        gap = torch.stack([(a - b).abs().mean() for a, b in zip(ref.actions, low.actions)]).mean()
+        assert gap / (2 * scale.max()) < BF16_ACTION_GAP
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+GPU_K = 12  # enough calls that each update variant (AC-IQN: critic-only and full) is captured and replayed
+
+
+class _DeviceRecorder(Recorder):
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        td = self.observations[len(self.actions)].to(pl_module.device)
+        with torch.no_grad():
+            self.actions.append(pl_module.act(td).get("action").clone().cpu())
+
+
+def run_gpu(overrides: list[str], callbacks: list) -> Result:
+    """The seeded fit of ``run`` on CUDA, for ``GPU_K`` updates."""
+    cfg = compose([*overrides, "device=cuda"])
+    torch.manual_seed(0)
+    module = build_module(cfg, env_config(cfg))
+    batches, observations = make_data(module, k=GPU_K)
+    before = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    recorder = _DeviceRecorder(observations)
+    trainer = L.Trainer(
+        accelerator="gpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=[*callbacks, recorder],
+    )  # fmt: skip
+    torch.manual_seed(1)
+    with torch._inductor.config.patch(fallback_random=True):
+        trainer.fit(module, train_dataloaders=FixedBatches(batches))
+    after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    return Result(before, after, recorder.actions, recorder.metrics)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_cuda_graphs_after_compile_match_eager(name: str) -> None:
+    graphs = CudaGraphs(warmup=3)
+    ref = run_gpu(EXPERIMENTS[name], [])
+    other = run_gpu(EXPERIMENTS[name], [TorchCompile(mode="default"), graphs])
+    # update (AC-IQN: critic-only and full) and act on the training observations.
+    assert graphs.graphs_captured == (3 if name == "aciqn" else 2)
+    for key, value in ref.after.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(other.after[key], value, atol=1e-4, rtol=1e-3)
+    for a, b in zip(ref.metrics, other.metrics):
+        for key in a.keys():
+            torch.testing.assert_close(b[key].cpu(), a[key].cpu(), atol=1e-4, rtol=1e-3)
+    for a, b in zip(ref.actions, other.actions):
+        torch.testing.assert_close(b.float(), a.float(), atol=1e-4, rtol=1e-3)
