@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import platform
+import re
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 import torch
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -41,10 +44,54 @@ def machine() -> dict[str, Any]:
     return info
 
 
+_ABSOLUTE = re.compile(r"(?<![\w.~])/(?:[\w.@+=-]+/)*[\w.@+=-]+")
+
+
+def _relative(match: re.Match) -> str:
+    path = Path(match.group(0))
+    if path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    parts = path.parts
+    # A run of the CLI in some work directory: keep what follows the directory the run was made in.
+    if "runs" in parts:
+        return str(Path(*parts[parts.index("runs") :]))
+    return path.name
+
+
+def relative_paths(value: Any) -> Any:
+    """``value`` with every absolute path made relative to the repository (or cut to its run-relative tail).
+
+    Results are committed and read on other machines: a path of this machine says nothing there.
+    """
+    if isinstance(value, str):
+        return _ABSOLUTE.sub(_relative, value)
+    if isinstance(value, dict):
+        return {k: relative_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [relative_paths(v) for v in value]
+    return value
+
+
+def command_line() -> str:
+    """How this benchmark was started, from the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script.name
+    return " ".join(["python", str(shown), *sys.argv[1:]])
+
+
 def write(name: str, payload: dict[str, Any]) -> Path:
-    """Writes ``benchmarks/results/<name>.json`` with the machine info and a timestamp."""
+    """Writes ``benchmarks/results/<name>.json`` with the command, the machine info and a timestamp.
+
+    Paths are written relative to the repository (:func:`relative_paths`).
+    """
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), **payload}
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    payload = {
+        "benchmark": name,
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": command_line(),
+        "machine": machine(),
+        **payload,
+    }
+    path.write_text(json.dumps(relative_paths(payload), indent=2) + "\n")
     return path

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import relative_paths
 
 from rl_lightning.envs.hockey import BasicOpponent, HockeyEnv
 
@@ -106,7 +107,7 @@ def main() -> None:
         "note": "rates from player 1's side; a timeout (251 steps) is a draw",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(relative_paths(report), indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 from _common import machine as machine_info
+from _common import relative_paths
 
 from rl_lightning.envs.hockey import BasicOpponent, HockeyEnv, HockeyVsOpponentEnv
 
@@ -135,7 +136,7 @@ def main() -> None:
         "note": "one process on a shared machine; vector figures count env steps (num_envs per call)",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(relative_paths(report), indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

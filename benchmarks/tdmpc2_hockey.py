@@ -41,14 +41,16 @@ def time_one_evaluation(run_dir: Path) -> float:
     import torch
     from omegaconf import OmegaConf
 
-    from rl_lightning.cli.run import CONFIG_KEY, build_module, env_config
+    from rl_lightning.cli.run import build_module, env_config
     from rl_lightning.training.evaluation import evaluate_variants
+    from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
     torch.set_num_threads(1)
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     cfg = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
     env_cfg = env_config(cfg)
     module = build_module(cfg, env_cfg)
+    module.on_load_checkpoint(ckpt)
     module.load_state_dict(ckpt["state_dict"])
     variants = OmegaConf.to_container(cfg.eval.variants)
     start = time.perf_counter()

@@ -7,6 +7,7 @@ reference cannot drift from the config. Runs as an mkdocs hook before each build
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,10 +68,15 @@ def parse(path: Path) -> tuple[str, list[tuple[str, str, str]]]:
     return " ".join(description), rows
 
 
+def _text(comment: str) -> str:
+    """A YAML comment as Markdown table text: ``<name>`` is HTML to a browser, so it is escaped."""
+    return html.escape(comment, quote=False).replace("|", "\\|")
+
+
 def _table(rows: list[tuple[str, str, str]]) -> list[str]:
     out = ["| key | default | meaning |", "| --- | --- | --- |"]
     for key, default, comment in rows:
-        default, comment = default.replace("|", "\\|"), comment.replace("|", "\\|")
+        default, comment = default.replace("|", "\\|"), _text(comment)
         shown = f"`{default}`" if default else ""
         out.append(f"| `{key}` | {shown} | {comment} |")
     return out
@@ -87,12 +93,12 @@ def render() -> str:
         "",
     ]
     desc, rows = parse(CONF / "config.yaml")
-    lines += ["## Root config (`conf/config.yaml`)", "", desc, "", *_table(rows), ""]
+    lines += ["## Root config (`conf/config.yaml`)", "", _text(desc), "", *_table(rows), ""]
     for group in sorted(p for p in CONF.iterdir() if p.is_dir()):
         lines += [f"## Group `{group.name}`", ""]
         for path in sorted(group.glob("*.yaml")):
             desc, rows = parse(path)
-            lines += [f"### `{group.name}={path.stem}`", "", desc or "", ""]
+            lines += [f"### `{group.name}={path.stem}`", "", _text(desc or ""), ""]
             if group.name == "experiment":
                 lines += [f"Run it: `python -m rl_lightning fit +experiment={path.stem}`", ""]
             if rows:

@@ -341,7 +341,7 @@ def test_callback_state_survives_resume_through_the_cli(tmp_path: Path) -> None:
     first = run_cli(tmp_path, *RESUME, "total_frames=256")
     assert first.returncode == 0, first.stderr[-3000:]
     (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
-    saved = torch.load(last, weights_only=False)
+    saved = torch.load(last, weights_only=True)
     compile_s = callback_state(saved, "TorchCompile")["compile_s"]
     updates = callback_state(saved, "ThroughputMonitor")["updates"]
     assert compile_s > 0 and updates > 0
@@ -350,7 +350,7 @@ def test_callback_state_survives_resume_through_the_cli(tmp_path: Path) -> None:
     second = run_cli(tmp_path, *RESUME, "total_frames=384", "ckpt_path=last")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from" in second.stdout
-    resumed = torch.load(last, weights_only=False)
+    resumed = torch.load(last, weights_only=True)
     dm = next(v for k, v in resumed.items() if k.endswith("RLDataModule"))
     assert dm["frames"] == 384
     # The state came back and carried on: counters continue, compile time adds the resumed process's.

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli
+from omegaconf import OmegaConf
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from rl_lightning.cli import experiments
+from rl_lightning.cli import experiments, main
+from rl_lightning.cli.fit import EXPERIMENT_KIND_TAG, NOT_LOGGED, training_params
 
 pytestmark = pytest.mark.slow
 
@@ -31,30 +33,47 @@ def summary(proc) -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(set(experiments()) - SMOKED_ELSEWHERE))
-def test_smoke_fit_records_an_mlflow_run(name: str, tmp_path: Path):
+def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
     frames = 300
-    proc = run_cli(
-        tmp_path,
-        "fit",
+    overrides = [
         f"+experiment={name}",
-        f"total_frames={frames}",
         "collect.warmup_frames=100",
         "device=cpu",
         *SMOKE,
         *(TDMPC2_TINY if name.startswith("tdmpc2") else []),
-    )
-    out = summary(proc)
-    assert out["frames"] >= frames and out["updates"] > 0
+    ]
+    out = summary(run_cli(tmp_path, "fit", *overrides, f"total_frames={frames}"))
+    assert out["frames"] == frames and out["updates"] > 0
     assert "eval/return_mean" in out
     (run,) = mlflow_runs(tmp_path)
+    client = mlflow_client(tmp_path)
     assert run.info.run_name == name and run.info.status == "FINISHED"
-    assert run.data.params["name"] == name and "algo._target_" in run.data.params
-    artifacts = [a.path for a in mlflow_client(tmp_path).list_artifacts(run.info.run_id)]
-    assert "config.yaml" in artifacts
+    # The training config once, flattened; nothing of other commands; the config file as an artifact.
+    params = run.data.params
+    assert params["name"] == name and "algo._target_" in params
+    # Exactly the flattened training config: no other command's keys, no unprefixed duplicates.
+    logged_cfg = OmegaConf.load(tmp_path / out["run_dir"] / "config.yaml")
+    assert set(params) == set(training_params(logged_cfg)), sorted(
+        set(params) ^ set(training_params(logged_cfg))
+    )
+    assert not [k for k in params if k.split(".")[0] in NOT_LOGGED]
+    assert "config.yaml" in [a.path for a in client.list_artifacts(run.info.run_id)]
+    # Shown as a model-training experiment in MLflow 3's UI; where the checkpoints are, as tags.
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags.get(EXPERIMENT_KIND_TAG[0]) == EXPERIMENT_KIND_TAG[1]
+    assert Path(run.data.tags["checkpoint.last"]).is_file()
     metrics = set(run.data.metrics)
     assert {"eval/return_mean", "eval/return_std", "train/episode_return", "train/episode_length"} <= metrics
-    history = mlflow_client(tmp_path).get_metric_history(run.info.run_id, "eval/return_mean")
+    history = client.get_metric_history(run.info.run_id, "eval/return_mean")
     assert history[-1].step == out["frames"]  # metrics are logged against environment frames
+    # The checkpoint loads safely and evaluates, and the run resumes from it.
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", f"ckpt={out['last_ckpt']}", "episodes=1", "logger=none"]) == 0
+    assert main(["fit", *overrides, "logger=none", f"total_frames={frames + 100}", "ckpt_path=last"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["frames"] == frames + 100 and resumed["run_dir"] == out["run_dir"]
 
 
 def read_replay(path: Path) -> TensorDictReplayBuffer:
@@ -120,27 +139,23 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path):
         "fit",
         *DQN_SHORT,
         "total_frames=200000",
-        "logger=none",
         after_path=tmp_path / "runs" / "dqn_cartpole",
         after_glob="*/checkpoints/last.ckpt",
     )
     assert proc.returncode == 130, proc.stderr[-2000:]
-    assert "interrupted: checkpoint saved" in proc.stdout
+    assert "Traceback" not in proc.stderr and "stopping at the next safe point" in proc.stderr
+    assert "interrupted:" in proc.stdout and "resume with" in proc.stdout
     (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
     dm_state = next(v for k, v in torch.load(last, weights_only=True).items() if k.endswith("RLDataModule"))
     assert dm_state["frames"] >= 256 and Path(str(last) + ".replay").is_dir()
-    assert not (last.parent / "best.ckpt").exists() or dm_state["frames"] > 256
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.status == "KILLED"  # not FAILED: the user stopped it, and it resumes
     out = summary(
-        run_cli(
-            tmp_path,
-            "fit",
-            *DQN_SHORT,
-            "logger=none",
-            f"total_frames={dm_state['frames'] + 128}",
-            "ckpt_path=last",
-        )
+        run_cli(tmp_path, "fit", *DQN_SHORT, f"total_frames={dm_state['frames'] + 128}", "ckpt_path=last")
     )
-    assert out["frames"] >= dm_state["frames"] + 128
+    assert out["frames"] == dm_state["frames"] + 128
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.status == "FINISHED"
 
 
 def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
@@ -154,7 +169,7 @@ def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
         f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "3 episodes: return" in proc.stdout
+    assert "3 episodes (seed 10000): return" in proc.stdout
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     # CartPole pays 1 per step: the mean return is the mean length, and a printed std matches the JSON's.
     assert stats["return_mean"] == pytest.approx(stats["length_mean"])

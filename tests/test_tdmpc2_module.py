@@ -16,7 +16,8 @@ from tensordict import TensorDict
 
 from rl_lightning.algos.tdmpc2 import TDMPC2
 from rl_lightning.algos.tdmpc2.module import parse_model_size
-from rl_lightning.cli.run import CONFIG_KEY, build_module, env_config
+from rl_lightning.cli.run import build_module, env_config
+from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 TINY = {"latent_dim": 32, "mlp_dim": 32, "enc_dim": 32}
@@ -262,7 +263,7 @@ def test_smoke_fit_through_the_cli(name: str, extra: list[str], tmp_path: Path) 
                 assert f"eval/{opponent}/{key}" in run.data.metrics
         assert "train/consistency_loss" in run.data.metrics and "train/pi_scale" in run.data.metrics
     # The checkpoint rebuilds the module from its stored config and loads strictly, planner included.
-    ckpt = torch.load(tmp_path / out["run_dir"] / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt = load_checkpoint(tmp_path / out["run_dir"] / "checkpoints" / "last.ckpt")  # the safe loader
     cfg = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
     module = build_module(cfg, env_config(cfg))
     module.load_state_dict(ckpt["state_dict"])

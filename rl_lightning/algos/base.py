@@ -31,10 +31,11 @@ the update count, never by a Python branch on a tensor. With every callback off 
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -125,6 +126,8 @@ class RLModule(L.LightningModule, ABC):
 
     hot_paths: tuple[str, ...] = ("update", "act")
     cuda_graph_safe: tuple[str, ...] = ()
+    #: State-dict names of older versions -> today's (checkpoints written before a rename still load).
+    legacy_state_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec) -> None:
         super().__init__()
@@ -184,6 +187,11 @@ class RLModule(L.LightningModule, ABC):
         else:
             loss.backward()
 
+    def save_hyperparameters(self, *args: Any, logger: bool = False, **kwargs: Any) -> None:
+        """Lightning's, but not logged by default: the run's resolved config is logged once, flattened."""
+        kwargs.setdefault("frame", inspect.currentframe().f_back)
+        super().save_hyperparameters(*args, logger=logger, **kwargs)
+
     def make_optimizer(self, params: Iterable[Any], lr: float, **kwargs: Any) -> torch.optim.Optimizer:
         """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in."""
         kwargs = {**kwargs, **self.optimizer_kwargs}
@@ -192,6 +200,13 @@ class RLModule(L.LightningModule, ABC):
         return torch.optim.Adam(params, lr=lr, **kwargs)
 
     # ------------------------------------------------------------------ Lightning hooks
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Renames the state-dict entries of older versions (``legacy_state_keys``) before they load."""
+        state = checkpoint.get("state_dict", {})
+        for old, new in self.legacy_state_keys.items():
+            if old in state and new not in state:
+                state[new] = state.pop(old)
+
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
         # The output reaches the callbacks' on_train_batch_end as ``outputs``: the feedback callback
         # applies its priorities and logs its metrics.

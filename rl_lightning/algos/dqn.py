@@ -9,6 +9,7 @@ the loss reads the sampled importance weights and writes ``td_error`` for the pr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -78,6 +79,7 @@ class DQN(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    legacy_state_keys: ClassVar[dict[str, str]] = {"eps_bounds": "epsilon_schedule.bounds"}
 
     def __init__(
         self,

@@ -101,10 +101,21 @@ def _help_text() -> str:
     return USAGE.format(commands=commands, experiments=exps)
 
 
+def _require_run_choice(overrides: Sequence[str]) -> None:
+    """``fit`` without an experiment (or an explicit algo and env) would train an arbitrary default."""
+    chosen = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
+    if "experiment" in chosen or {"algo", "env"} <= chosen:
+        return
+    raise CliError(
+        "fit needs an experiment: python -m rl_lightning fit +experiment=NAME, one of "
+        f"{', '.join(experiments())} (or choose algo=... env=... yourself)."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    quiet_libraries()
+    restore_logging = quiet_libraries()
     try:
         command, overrides, print_cfg = _parse(argv)
         if command == "help":
@@ -112,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if command not in COMMANDS:
             raise CliError(f"unknown command '{command}'; commands: {', '.join(COMMANDS)}.")
+        if command == "fit" and not print_cfg:
+            _require_run_choice(overrides)
         cfg = compose(overrides)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg))
@@ -131,3 +144,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         raise
+    finally:
+        restore_logging()

@@ -9,7 +9,15 @@ from omegaconf import DictConfig, OmegaConf
 
 __all__ = ["CONF_DIR", "CliError", "compose", "experiments"]
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+def _conf_dir() -> Path:
+    """``rl_lightning/conf`` in an installed wheel, else ``conf/`` of the source checkout (editable)."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "conf"
+    return packaged if packaged.is_dir() else package.parent / "conf"
+
+
+CONF_DIR = _conf_dir()
 
 
 class CliError(Exception):
@@ -29,7 +37,12 @@ def compose(overrides: Sequence[str]) -> DictConfig:
     """Composes ``conf/config.yaml`` with ``overrides``; Hydra's errors become :class:`CliError`."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
+    from hydra.errors import (
+        ConfigCompositionException,
+        HydraException,
+        MissingConfigException,
+        OverrideParseException,
+    )
     from omegaconf.errors import OmegaConfBaseException
 
     if not CONF_DIR.is_dir():
@@ -44,6 +57,12 @@ def compose(overrides: Sequence[str]) -> DictConfig:
             cfg = hydra_compose("config", overrides=list(overrides))
         OmegaConf.resolve(cfg)
         return cfg
+    except MissingConfigException as e:
+        missing = str(e.missing_cfg_file or "")
+        if "/" in missing and e.options:
+            group, option = missing.split("/", 1)
+            raise CliError(f"unknown {group} '{option}'; choose one of: {', '.join(e.options)}.") from None
+        raise CliError(str(e).splitlines()[0]) from None
     except OverrideParseException as e:
         raise CliError(f"cannot parse override: {str(e).splitlines()[0]}") from None
     except ConfigCompositionException as e:

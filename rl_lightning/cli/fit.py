@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rl_lightning.cli.errors import USER_ERRORS
 from rl_lightning.cli.run import Run, build_run, container
+from rl_lightning.data.replay import resolve_device
 
-__all__ = ["fit"]
+__all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
+
+#: Root keys that are not part of a training run's configuration (other commands' settings, resuming).
+NOT_LOGGED = ("bench", "doctor", "ckpt", "ckpt_path", "episodes", "eval_seed", "progress_bar", "logger")
+#: MLflow 3's UI opens an experiment as a GenAI one unless this tag says it holds model training runs.
+EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -24,41 +36,130 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def training_params(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved training config, flattened (``algo.lr``, ...), without other commands' settings.
+
+    Lists and empty mappings become their text (``[256, 256]``, ``{}``), so every key is one parameter.
+    """
+    data = {k: v for k, v in container(cfg).items() if k not in NOT_LOGGED}
+    return {k: str(v) if isinstance(v, list | tuple | Mapping) else v for k, v in _flatten(data).items()}
+
+
+def _mlflow(run: Run) -> Any:
+    return run.logger.experiment if run.logger is not None else None
+
+
 def _record_config(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     cfg_file = run.run_dir / "config.yaml"
     cfg_file.write_text(OmegaConf.to_yaml(run.cfg))
     if run.logger is None:
         return
-    run.logger.log_hyperparams(_flatten(container(run.cfg)))
-    run.logger.experiment.log_artifact(run.logger.run_id, str(cfg_file))
+    client = _mlflow(run)
+    client.set_experiment_tag(run.logger.experiment_id, *EXPERIMENT_KIND_TAG)
+    run.logger.log_hyperparams(training_params(run.cfg))
+    client.log_artifact(run.logger.run_id, str(cfg_file))
+    client.set_tag(run.logger.run_id, "run_dir", str(run.run_dir))
     (run.run_dir / "mlflow_run_id").write_text(run.logger.run_id)
 
 
-def fit(cfg: DictConfig) -> Run:
-    """Trains the configured algorithm; resumes when ``ckpt_path`` is set."""
-    run = build_run(cfg)
-    if run.ckpt_path is None:
-        _record_config(run)
-    else:
-        print(f"resuming from {run.ckpt_path}")
+def _shown(path: Path) -> str:
     try:
-        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path)
-    except SystemExit:
-        # Lightning turns Ctrl-C into sys.exit(1) after the callbacks' on_exception (our checkpoint).
-        if run.trainer.interrupted:
-            print(
-                f"interrupted: checkpoint saved in {run.run_dir / 'checkpoints'}; resume with ckpt_path=last"
-            )
-            raise KeyboardInterrupt from None
-        raise
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def _score(value: float | None, frames: int | None, monitor: str) -> str:
+    if value is None:
+        return "not evaluated"
+    return f"{monitor} {value:.2f} at {frames} frames"
+
+
+def _report(run: Run, seconds: float, frames_before: int, interrupted: bool) -> dict[str, Any]:
+    """Prints where the checkpoints are and what they scored; records the same as MLflow tags."""
+    dm, ck = run.datamodule, run.checkpoint
+    monitor = ck.monitor or "score"
+    rate = (dm.frames - frames_before) / seconds if seconds > 0 else 0.0
+    head = "interrupted" if interrupted else "done"
+    print(f"{head}: {dm.frames} frames, {dm.updates} updates, {seconds:.0f} s ({rate:,.0f} frames/s)")
+    summary: dict[str, Any] = {"frames": dm.frames, "updates": dm.updates, "run_dir": str(run.run_dir)}
+    tags = {}
+    if ck.last_path.is_file():
+        print(
+            f"last checkpoint: {_shown(ck.last_path)} ({_score(ck.last_score, ck.last_eval_frames, monitor)})"
+        )
+        summary["last_ckpt"] = str(ck.last_path)
+        tags["checkpoint.last"] = str(ck.last_path.resolve())
+    if ck.best_path.is_file():
+        print(f"best checkpoint: {_shown(ck.best_path)} ({_score(ck.best_score, ck.best_frames, monitor)})")
+        print(f"  evaluate it:   python -m rl_lightning evaluate ckpt={_shown(ck.best_path)}")
+        summary.update(best_ckpt=str(ck.best_path), best_score=ck.best_score, best_frames=ck.best_frames)
+        tags.update({"checkpoint.best": str(ck.best_path.resolve()), "checkpoint.best_score": ck.best_score})
+    if interrupted:
+        print("resume with: the same command and ckpt_path=last")
     ev = run.trainer.callback_metrics.get("eval/return_mean")
-    summary = {
-        "frames": run.datamodule.frames,
-        "updates": run.datamodule.updates,
-        "run_dir": str(run.run_dir),
-    }
     if ev is not None:
         summary["eval/return_mean"] = round(float(ev), 3)
+    client = _mlflow(run)
+    if client is not None:
+        for key, value in tags.items():
+            client.set_tag(run.logger.run_id, key, str(value))
+        if interrupted:
+            client.set_terminated(run.logger.run_id, "KILLED")
+    return summary
+
+
+def _discard(run: Run) -> None:
+    """Removes what a run that failed before its first checkpoint wrote (its directory, its MLflow run)."""
+    shutil.rmtree(run.run_dir, ignore_errors=True)
+    if run.logger is not None:
+        run.logger.experiment.delete_run(run.logger.run_id)
+
+
+def fit(cfg: DictConfig) -> Run:
+    """Trains the configured algorithm; resumes when ``ckpt_path`` is set.
+
+    Ctrl-C stops the run at the next safe point with a resumable ``last.ckpt`` (its MLflow run is marked
+    KILLED, and FINISHED again when a resume completes); the command then raises ``KeyboardInterrupt``.
+    """
+    run = build_run(cfg)
+    algo = type(run.module).__name__
+    device = resolve_device(cfg.device)
+    print(
+        f"fit {cfg.name}: {algo} on {run.datamodule.env_cfg.id}, {cfg.total_frames} frames, seed {cfg.seed}, "
+        f"{device.type} -> {_shown(run.run_dir)}"
+    )
+    if cfg.get("cpu_variant") and device.type == "cpu":
+        print(
+            f"note: {cfg.name} is sized for a GPU and runs slowly on a CPU; "
+            f"+experiment={cfg.cpu_variant} is the CPU-sized variant."
+        )
+    new_run = run.ckpt_path is None
+    created = new_run and not run.run_dir.exists()
+    if new_run:
+        _record_config(run)
+    else:
+        print(f"resuming from {_shown(Path(run.ckpt_path))}")
+    start = time.perf_counter()
+    try:
+        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+    except SystemExit:
+        # A second Ctrl-C: Lightning saved what it could (on_exception) and exits, leaving Ctrl-C ignored.
+        if run.trainer.interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            where = _shown(run.checkpoint.dirpath)
+            print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
+            if run.logger is not None:
+                _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
+            raise KeyboardInterrupt from None
+        raise
+    except USER_ERRORS:
+        if created and not run.checkpoint.last_path.is_file():
+            _discard(run)
+        raise
+    summary = _report(run, time.perf_counter() - start, run.datamodule.resumed_frames, run.stop.requested)
     print(json.dumps(summary))
+    if run.stop.requested:
+        raise KeyboardInterrupt
     return run

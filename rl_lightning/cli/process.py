@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 from omegaconf import DictConfig
@@ -12,13 +13,35 @@ from omegaconf import DictConfig
 __all__ = ["apply_process_settings", "quiet_libraries"]
 
 
-class _DropAdverts(logging.Filter):
+#: Messages that every run printed and that say nothing the user can act on.
+_HARMLESS = (
+    "litlogger",  # an advert
+    "not found. Creating it",  # MLflow's first run in a store creates the experiment
+    "no CUDA device; nothing to clear",  # the default cache-clearing callback on a CPU
+    "GPU available:",  # Lightning's description of the machine, which `fit` states in its first line
+    "TPU available:",
+    "HPU available:",
+    "`Trainer.fit` stopped:",  # the frame budget ends a run, not max_epochs
+)
+
+
+#: The loggers those messages come through (Lightning's rank-zero helpers serve our callbacks too).
+_FILTERED = ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.loggers.mlflow")
+
+
+class _DropHarmless(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in record.getMessage()
+        message = record.getMessage()
+        return not any(text in message for text in _HARMLESS)
 
 
-def quiet_libraries() -> None:
-    """Keeps the console to what matters for a run."""
+def quiet_libraries() -> Callable[[], None]:
+    """Keeps the console to what matters for a run.
+
+    Returns:
+        A function that removes the log filters again (``main`` calls it on the way out, so that a
+        command run in-process, from a test or a notebook, leaves the process's logging as it found it).
+    """
     # Both libraries read these when first imported, so they are set before any import of them.
     os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -28,7 +51,16 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     for name in ("torchrl", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
+    harmless = _DropHarmless()
+    loggers = [logging.getLogger(name) for name in _FILTERED]
+    for logger in loggers:
+        logger.addFilter(harmless)
+
+    def undo() -> None:
+        for logger in loggers:
+            logger.removeFilter(harmless)
+
+    return undo
 
 
 def apply_process_settings(cfg: DictConfig) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,19 +12,20 @@ from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.algos.base import RLModule
+from rl_lightning.cli.config import CliError
 from rl_lightning.cli.process import apply_process_settings
+from rl_lightning.cli.validate import check_config
 from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig, resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
-from rl_lightning.training.checkpoint import FrameCheckpoint, replay_path
+from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint, replay_path
 from rl_lightning.training.evaluation import EvalCallback
 from rl_lightning.training.feedback import UpdateFeedback
+from rl_lightning.training.interrupt import StopOnInterrupt
 from rl_lightning.training.progress import FramesProgressBar
+from rl_lightning.training.safe_load import CONFIG_KEY, check_replay_dir, load_checkpoint
 
 __all__ = ["CONFIG_KEY", "Run", "build_module", "build_run", "container", "env_config", "make_logger"]
-
-#: The checkpoint entry that holds the resolved config of the run (``evaluate`` rebuilds from it).
-CONFIG_KEY = "rl_lightning"
 
 
 def container(node: Any) -> Any:
@@ -64,16 +64,38 @@ class Run:
     logger: MLFlowLogger | None
     ckpt_path: str | None
     checkpoint: FrameCheckpoint
+    stop: StopOnInterrupt
 
 
-def _find_last(name: str, runs_root: Path) -> Path:
-    found = sorted(runs_root.glob(f"{name}/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
+def _run_of(run_dir: Path) -> dict[str, Any] | None:
+    """``name``, ``algo._target_`` and ``env.id`` of the run in ``run_dir`` (from its config.yaml)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        saved = OmegaConf.load(path)
+        return {"name": saved.name, "algo": saved.algo._target_, "env": saved.env.id}
+    except Exception:
+        return None
+
+
+def _identity(cfg: DictConfig) -> dict[str, Any]:
+    return {"name": cfg.name, "algo": cfg.algo._target_, "env": cfg.env.id}
+
+
+def _find_last(cfg: DictConfig, runs_root: Path) -> Path:
+    """The newest ``last.ckpt`` of a run of the same experiment: same name, algorithm and env.
+
+    Debug runs (``+debug=quick``) live under ``runs/debug/``, apart from the real runs of that name.
+    """
+    found = sorted(runs_root.glob(f"{cfg.name}/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    same = [p for p in found if _run_of(p.parent.parent) == _identity(cfg)]
+    if not same:
         raise FileNotFoundError(
-            f"ckpt_path=last: no checkpoint of a run named '{name}' under {runs_root}/{name}/; "
-            "start a run first or pass ckpt_path=PATH."
+            f"ckpt_path=last: no checkpoint of a run of '{cfg.name}' ({cfg.algo._target_.rsplit('.', 1)[-1]} "
+            f"on {cfg.env.id}) under {runs_root / cfg.name}; start a run first or pass ckpt_path=PATH."
         )
-    return found[-1]
+    return same[-1]
 
 
 def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
@@ -82,7 +104,7 @@ def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
     if cfg.ckpt_path is None:
         return run_dir, None
     if cfg.ckpt_path == "last":
-        ckpt = _find_last(cfg.name, run_dir.parent.parent)
+        ckpt = _find_last(cfg, run_dir.parent.parent)
     else:
         ckpt = Path(cfg.ckpt_path)
         if not ckpt.is_file():
@@ -90,6 +112,13 @@ def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
     # A checkpoint of ours lives in <run_dir>/checkpoints/: the resumed run continues in that directory.
     if ckpt.parent.name == "checkpoints":
         run_dir = ckpt.parent.parent
+        saved = _run_of(run_dir)
+        if saved is not None and (saved["algo"], saved["env"]) != (cfg.algo._target_, cfg.env.id):
+            theirs, ours = saved["algo"].rsplit(".", 1)[-1], cfg.algo._target_.rsplit(".", 1)[-1]
+            raise CliError(
+                f"ckpt_path={ckpt} is a run of {theirs} on {saved['env']}, but this command trains {ours} "
+                f"on {cfg.env.id}; resume it with the experiment it was started with."
+            )
     return run_dir, str(ckpt)
 
 
@@ -112,18 +141,11 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> MLFlowLogger | None:
     )
 
 
-class _ConfigInCheckpoint(L.Callback):
-    """Stores the resolved config in every checkpoint so ``evaluate`` can rebuild the run from it."""
-
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = config
-
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CONFIG_KEY] = {"config": self.config}
-
-
-def _callbacks(cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint) -> list[L.Callback]:
+def _callbacks(
+    cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint, stop: StopOnInterrupt
+) -> list[L.Callback]:
     callbacks: list[L.Callback] = [
+        stop,
         UpdateFeedback(log_every_n_updates=int(cfg.log_every_n_updates)),
         EvalCallback(
             env_cfg,
@@ -131,9 +153,10 @@ def _callbacks(cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint)
             episodes=cfg.eval.episodes,
             seed=cfg.eval.seed,
             variants=container(cfg.eval.variants),
+            should_stop=lambda: stop.requested,
         ),
         checkpoint,
-        _ConfigInCheckpoint(container(cfg)),
+        ConfigInCheckpoint(container(cfg)),
     ]
     if cfg.progress_bar:
         callbacks.append(FramesProgressBar())
@@ -154,6 +177,7 @@ def build_run(cfg: DictConfig) -> Run:
     Everything the config can get wrong (unknown env, an algorithm that does not fit the env, a replay
     config that contradicts the algorithm) fails here, before anything is written.
     """
+    check_config(cfg)
     apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt = _resolve_resume(cfg)
@@ -169,6 +193,9 @@ def build_run(cfg: DictConfig) -> Run:
         algorithm=type(module).__name__,
     )
     if ckpt is not None:
+        # Both are checked before Lightning restores them: a shared file must not run code.
+        load_checkpoint(ckpt)
+        check_replay_dir(replay_path(ckpt))
         datamodule.resume_replay_from = str(replay_path(ckpt))
     checkpoint = FrameCheckpoint(
         dirpath=run_dir / "checkpoints",
@@ -176,6 +203,7 @@ def build_run(cfg: DictConfig) -> Run:
         monitor=cfg.checkpoint.monitor,
         mode=cfg.checkpoint.mode,
     )
+    stop = StopOnInterrupt()
     logger = make_logger(cfg, run_dir)
     trainer = L.Trainer(
         accelerator=device.type,
@@ -183,9 +211,9 @@ def build_run(cfg: DictConfig) -> Run:
         max_epochs=-1,
         num_sanity_val_steps=0,
         logger=logger if logger is not None else False,
-        callbacks=_callbacks(cfg, env_cfg, checkpoint),
+        callbacks=_callbacks(cfg, env_cfg, checkpoint, stop),
         enable_progress_bar=bool(cfg.progress_bar),
         default_root_dir=str(run_dir),
         **container(cfg.trainer),
     )
-    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint)
+    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop)

@@ -31,6 +31,7 @@ from rl_lightning.data.replay import (
     resolve_device,
     resolve_replay,
 )
+from rl_lightning.data.safety import check_replay_dir
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 __all__ = ["CollectConfig", "ExperienceStream", "RLDataModule"]
@@ -84,21 +85,26 @@ class ExperienceStream:
     def __iter__(self) -> Iterator[TensorDictBase]:
         dm = self.dm
         cfg = dm.collect
+        trainer = dm.trainer
         collector = dm.make_collector()
         try:
             it = iter(collector)
             while True:
                 # Updates granted but not yet done (also those owed when a checkpoint was taken).
                 while dm.owed_updates > 0:
+                    if trainer.should_stop:  # a stop request (Ctrl-C, a callback) between updates
+                        return
                     dm.owed_updates -= 1
                     dm.updates += 1
                     yield dm.replay.sample()
                 if dm.frames >= cfg.total_frames:
                     # The budget is in frames: end this epoch and the fit (max_epochs is unbounded so
                     # that a finished run resumed with a larger total_frames continues).
-                    dm.trainer.should_stop = True
-                    break
-                batch = next(it)
+                    trainer.should_stop = True
+                    return
+                if trainer.should_stop:  # ... or between collections (the warm-up yields no updates)
+                    return
+                batch = dm.trim_to_budget(next(it))
                 dm.add_frames(batch)
                 if dm.frames >= cfg.warmup_frames:
                     dm.owed_updates += dm.updates_due(batch.numel())
@@ -153,6 +159,7 @@ class RLDataModule(L.LightningDataModule):
         self.nstep = NStepReturns(replay.n_step, requirements.discount) if replay.n_step > 1 else None
         self._pending_episodes: list[tuple[float, int]] = []
         self.resume_replay_from: str | None = None
+        self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, stage: str) -> None:
@@ -180,7 +187,7 @@ class RLDataModule(L.LightningDataModule):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.frames = int(state["frames"])
+        self.frames = self.resumed_frames = int(state["frames"])
         self.updates = int(state["updates"])
         self.owed_updates = int(state["owed_updates"])
         self.episodes = int(state["episodes"])
@@ -211,13 +218,11 @@ class RLDataModule(L.LightningDataModule):
 
         Raises:
             FileNotFoundError: when the directory is missing (the checkpoint was saved without it).
+            UnsafeFileError: the directory holds something loading would have to run (see
+                :func:`rl_lightning.data.safety.check_replay_dir`).
         """
         path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"No replay buffer beside the checkpoint ({path}); resume from a 'last' checkpoint, "
-                "which is saved with its buffer."
-            )
+        check_replay_dir(path)  # nothing of it is read before it passed
         if self.replay is None:
             self.replay = make_replay_buffer(self.replay_cfg, interleaved=self.env_cfg.num_envs > 1)
         self.replay.loads(path)
@@ -265,6 +270,19 @@ class RLDataModule(L.LightningDataModule):
         left = max(0, self.collect.warmup_frames - self.frames)
         fpb = self.collect.frames_per_batch
         return -(-left // fpb) * fpb or None
+
+    def trim_to_budget(self, batch: TensorDictBase) -> TensorDictBase:
+        """Drops the time steps of a collected ``[num_envs, T]`` batch past ``total_frames``.
+
+        The run then ends at exactly ``total_frames`` frames when the number of envs divides it (else at
+        the next multiple of it), whatever ``frames_per_batch``.
+        """
+        left = self.collect.total_frames - self.frames
+        if batch.numel() <= left:
+            return batch
+        n_envs = batch.shape[0] if batch.batch_dims > 1 else 1
+        steps = -(-left // n_envs)
+        return batch[..., :steps]
 
     def add_frames(self, batch: TensorDictBase) -> None:
         """Counts a collected batch ``[num_envs, T]``, records finished episodes and extends the buffer."""

@@ -103,7 +103,8 @@ class TensorPrioritizedSampler(Sampler):
         )
 
     def loads(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path) / "priorities.pt", map_location=self.device))
+        state = torch.load(Path(path) / "priorities.pt", map_location=self.device, weights_only=True)
+        self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self.capacity}, alpha={self.alpha}, beta={self.beta})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,29 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from typing_extensions import override
 
-__all__ = ["FrameCheckpoint", "replay_path"]
+from rl_lightning.training.safe_load import CONFIG_KEY, FORMAT_VERSION
+
+__all__ = ["ConfigInCheckpoint", "FrameCheckpoint", "replay_path"]
 
 
 def replay_path(ckpt_path: str | Path) -> Path:
     """Where the replay buffer of checkpoint ``ckpt_path`` lives."""
     return Path(str(ckpt_path) + ".replay")
+
+
+class ConfigInCheckpoint(L.Callback):
+    """Stores the resolved config and the format version in every checkpoint (``evaluate`` rebuilds from it).
+
+    Args:
+        config: the run's resolved config as plain containers (the safe loader accepts nothing else).
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    @override
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CONFIG_KEY] = {"config": self.config, "format": FORMAT_VERSION}
 
 
 class FrameCheckpoint(Checkpoint):
@@ -70,7 +88,9 @@ class FrameCheckpoint(Checkpoint):
         self.best_score: float | None = None
         self.best_frames: int | None = None
         self.last_score: float | None = None
+        self.last_eval_frames: int | None = None
         self._seen: Any = None
+        self._training = False
 
     @property
     def last_path(self) -> Path:
@@ -85,7 +105,7 @@ class FrameCheckpoint(Checkpoint):
         if with_replay and trainer.is_global_zero:
             trainer.datamodule.save_replay(replay_path(path))
         tmp = path.with_name(path.name + ".tmp")
-        trainer.save_checkpoint(tmp)
+        trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
             os.replace(tmp, path)
 
@@ -105,6 +125,7 @@ class FrameCheckpoint(Checkpoint):
         self._seen = value
         score = float(value)
         self.last_score = score
+        self.last_eval_frames = int(trainer.datamodule.frames)
         if self._better(score):
             self.best_score = score
             self.best_frames = int(trainer.datamodule.frames)
@@ -116,6 +137,14 @@ class FrameCheckpoint(Checkpoint):
         self._write(trainer, self.last_path, with_replay=True)
 
     # ------------------------------------------------------------------ hooks
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._training = True
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._training = False
+
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self._check_best(trainer)
@@ -131,8 +160,10 @@ class FrameCheckpoint(Checkpoint):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # Only 'last' (with its buffer): the state at a crash is not a candidate for 'best'.
-        if self.save_on_exception and trainer.datamodule is not None:
+        # Only 'last' (with its buffer): the state at a crash is not a candidate for 'best'. Only once
+        # training has started: a failure while restoring a checkpoint must not overwrite it.
+        if self.save_on_exception and self._training and trainer.datamodule is not None:
+            self._training = False
             self.save_last(trainer)
 
     @override
@@ -142,6 +173,7 @@ class FrameCheckpoint(Checkpoint):
             "best_score": self.best_score,
             "best_frames": self.best_frames,
             "last_score": self.last_score,
+            "last_eval_frames": self.last_eval_frames,
         }
 
     @override
@@ -150,5 +182,6 @@ class FrameCheckpoint(Checkpoint):
         self.best_score = state_dict.get("best_score")
         self.best_frames = state_dict.get("best_frames")
         self.last_score = state_dict.get("last_score")
+        self.last_eval_frames = state_dict.get("last_eval_frames")
         if isinstance(self.best_score, torch.Tensor):
             self.best_score = float(self.best_score)

@@ -4,25 +4,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.metrics import log_metrics
 
-__all__ = ["EvalCallback", "evaluate_policy", "evaluate_variants"]
+__all__ = ["EvalCallback", "EvaluationStopped", "evaluate_policy", "evaluate_variants"]
+
+
+class EvaluationStopped(Exception):
+    """An evaluation was abandoned because a stop was requested (Ctrl-C) while it ran."""
 
 
 @torch.no_grad()
 def evaluate_policy(
-    module: L.LightningModule, env_cfg: EnvConfig, episodes: int, seed: int
+    module: L.LightningModule,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """Runs ``episodes`` whole episodes with ``module.act_eval`` and summarises them.
+
+    Reproducible: the eval envs are seeded with ``seed`` and the policy's own randomness (a planner's
+    samples) draws from a torch generator seeded with ``seed`` too, forked so that the training run's
+    random stream is left as it was. The same weights, seed and env config give the same figures, during
+    training and in ``evaluate``.
 
     Args:
         module: an algorithm module (its ``act_eval`` is used; its train/eval mode is restored after).
@@ -30,6 +42,10 @@ def evaluate_policy(
         episodes: how many episodes to count. With ``n`` envs each env contributes its first
             ``episodes // n`` (or one more) episodes, so long episodes count as often as short ones.
         seed: the eval envs' seed.
+        should_stop: checked before every env step; when it returns True the evaluation is abandoned.
+
+    Raises:
+        EvaluationStopped: ``should_stop()`` became True.
 
     Returns:
         ``return_mean``, ``return_std``, ``length_mean``, and, where the env reports ``winner``
@@ -47,21 +63,11 @@ def evaluate_policy(
     returns: list[float] = []
     lengths: list[float] = []
     winners: list[float] = []
+    devices = [module.device] if module.device.type == "cuda" else []
     try:
-        td = env.reset()
-        while len(returns) < episodes:
-            td = module.act_eval(td.to(module.device)).to("cpu")
-            td, td_next = env.step_and_maybe_reset(td)
-            nxt = td.get("next")
-            done = nxt.get("done").reshape(n_envs)
-            if done.any():
-                counted = done & (quota > 0)
-                quota -= done.long()
-                returns += nxt.get("episode_reward")[counted].reshape(-1).tolist()
-                lengths += nxt.get("step_count")[counted].reshape(-1).tolist()
-                if "winner" in nxt.keys():
-                    winners += nxt.get("winner")[counted].reshape(-1).tolist()
-            td = td_next
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            _play(module, env, quota, returns, lengths, winners, should_stop)
     finally:
         env.close()
         module.train(was_training)
@@ -78,12 +84,42 @@ def evaluate_policy(
     return out
 
 
+def _play(
+    module: L.LightningModule,
+    env: Any,
+    quota: torch.Tensor,
+    returns: list[float],
+    lengths: list[float],
+    winners: list[float],
+    should_stop: Callable[[], bool] | None,
+) -> None:
+    """Steps ``env`` with ``module.act_eval`` until every env has played its ``quota`` of episodes."""
+    n_envs = quota.numel()
+    td = env.reset()
+    while (quota > 0).any():
+        if should_stop is not None and should_stop():
+            raise EvaluationStopped
+        td = module.act_eval(td.to(module.device)).to("cpu")
+        td, td_next = env.step_and_maybe_reset(td)
+        nxt = td.get("next")
+        done = nxt.get("done").reshape(n_envs)
+        if done.any():
+            counted = done & (quota > 0)
+            quota -= done.long()
+            returns += nxt.get("episode_reward")[counted].reshape(-1).tolist()
+            lengths += nxt.get("step_count")[counted].reshape(-1).tolist()
+            if "winner" in nxt.keys():
+                winners += nxt.get("winner")[counted].reshape(-1).tolist()
+        td = td_next
+
+
 def evaluate_variants(
     module: L.LightningModule,
     env_cfg: EnvConfig,
     episodes: int,
     seed: int,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """Evaluates on the env and, per variant, on the env with its ``kwargs`` overridden.
 
@@ -92,12 +128,12 @@ def evaluate_variants(
     ``<variant>/`` and the unprefixed keys are the means over the variants.
     """
     if not variants:
-        return evaluate_policy(module, env_cfg, episodes, seed)
+        return evaluate_policy(module, env_cfg, episodes, seed, should_stop)
     out: dict[str, float] = {}
     per_variant = []
     for name, overrides in variants.items():
         cfg = dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, **overrides})
-        stats = evaluate_policy(module, cfg, episodes, seed)
+        stats = evaluate_policy(module, cfg, episodes, seed, should_stop)
         per_variant.append(stats)
         out.update({f"{name}/{k}": v for k, v in stats.items()})
     for key in per_variant[0]:
@@ -106,11 +142,14 @@ def evaluate_variants(
 
 
 class EvalCallback(L.Callback):
-    """Evaluates every ``every_frames`` environment frames and at the end of training.
+    """Evaluates every ``every_frames`` environment frames and when the run reaches its frame budget.
 
     Logs ``eval/return_mean``, ``eval/return_std``, ``eval/length_mean`` (and ``eval/win_rate``,
     ``eval/loss_rate``, ``eval/draw_rate`` where the env reports a winner; ``eval/<variant>/...`` per
-    variant) against frames. ``ModelCheckpoint`` can monitor ``eval/return_mean``.
+    variant) against frames; the checkpoint callback monitors one of them for ``best.ckpt``. Each result
+    is printed on its own line through the progress bar (above it). A run stopped before its budget
+    (Ctrl-C) is not evaluated at its end, and an evaluation in progress stops between env steps when a
+    stop is requested (``should_stop``).
 
     Args:
         env: the env config (the eval envs are separate from the training envs).
@@ -118,6 +157,7 @@ class EvalCallback(L.Callback):
         episodes: episodes per evaluation.
         seed: the eval envs' seed (the same every time, so evaluations are comparable).
         variants: env kwargs overrides to evaluate separately (see :func:`evaluate_variants`).
+        should_stop: returns True when the run was asked to stop (Ctrl-C); ``None``: never.
     """
 
     def __init__(
@@ -127,6 +167,7 @@ class EvalCallback(L.Callback):
         episodes: int = 10,
         seed: int = 10_000,
         variants: Mapping[str, Mapping[str, Any]] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         if every_frames < 0 or episodes < 1:
             raise ValueError("eval.every_frames must be >= 0 and eval.episodes >= 1.")
@@ -135,17 +176,28 @@ class EvalCallback(L.Callback):
         self.episodes = episodes
         self.seed = seed
         self.variants = dict(variants or {})
+        self.should_stop = should_stop
         self._done_frames = 0
         self.last: dict[str, float] = {}
 
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         frames = trainer.datamodule.frames
-        stats = evaluate_variants(pl_module, self.env, self.episodes, self.seed, self.variants)
+        try:
+            stats = evaluate_variants(
+                pl_module, self.env, self.episodes, self.seed, self.variants, self.should_stop
+            )
+        except EvaluationStopped:
+            return
         self.last = log_metrics(trainer, {f"eval/{k}": v for k, v in stats.items()}, frames)
         self._done_frames = frames
-        rank_zero_info(
-            f"[eval @ {frames} frames] return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
-        )
+        line = f"eval @ {frames} frames: return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
+        if "win_rate" in stats:
+            line += (
+                f", win/loss/draw {stats['win_rate']:.2f}/{stats['loss_rate']:.2f}/{stats['draw_rate']:.2f}"
+            )
+        if trainer.is_global_zero:
+            bar = trainer.progress_bar_callback
+            (bar.print if bar is not None and bar.is_enabled else print)(line)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
@@ -154,7 +206,9 @@ class EvalCallback(L.Callback):
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.datamodule.frames != self._done_frames:
+        dm = trainer.datamodule
+        stopped_early = dm.frames < dm.collect.total_frames
+        if dm.frames != self._done_frames and not stopped_early:
             self._run(trainer, pl_module)
 
     @override

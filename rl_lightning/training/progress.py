@@ -1,76 +1,141 @@
-"""A rich progress bar counted in environment frames."""
+"""One progress bar in environment frames, with evaluation results printed above it."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import ProgressBar
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from typing_extensions import override
 
 __all__ = ["FramesProgressBar"]
 
 
-class FramesProgressBar(RichProgressBar):
-    """Shows frames done / total, env frames per second and the recent episode return.
+class FramesProgressBar(ProgressBar):
+    """A rich bar counted in environment frames that ends exactly at ``total_frames``.
 
-    Lightning's bar counts batches, which here are gradient updates of unknown number; this one reads
-    the data module's frame counter instead (no device sync: the counter is a host integer).
+    It shows frames done / total, the time remaining, one rate (env frames per second over the last
+    ``rate_window_s`` seconds) and a postfix with the mean return of the last training episodes, the last
+    evaluation's mean return and the number of updates (which also moves while a warm-up burst of updates
+    runs without collecting). Lightning's bar counts batches, which here are updates of unknown number;
+    this one reads the data module's frame counter (a host integer: no device sync). Evaluation results
+    and other messages go through :meth:`print`, which writes them on their own lines above the bar.
 
     Args:
         refresh_every_s: minimum seconds between redraws (redrawing costs more than a CartPole step).
+        rate_window_s: the window of the frames/s figure and of the time remaining.
     """
 
-    def __init__(self, refresh_every_s: float = 0.25, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, refresh_every_s: float = 0.25, rate_window_s: float = 30.0) -> None:
+        super().__init__()
+        if refresh_every_s <= 0 or rate_window_s <= 0:
+            raise ValueError("refresh_every_s and rate_window_s must be > 0.")
         self.refresh_every_s = refresh_every_s
+        self.rate_window_s = rate_window_s
+        self._enabled = True
+        self._progress: Progress | None = None
+        self._task: Any = None
         self._last_draw = 0.0
-        self._t0 = 0.0
-        self._f0 = 0
+        self._samples: deque[tuple[float, int]] = deque()
 
+    # ------------------------------------------------------------------ ProgressBar API
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled and (self._trainer is None or self._trainer.is_global_zero)
+
+    @override
+    def disable(self) -> None:
+        self._enabled = False
+
+    @override
+    def enable(self) -> None:
+        self._enabled = True
+
+    @override
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self._progress is not None:
+            self._progress.console.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
+
+    # ------------------------------------------------------------------ drawing
+    def _rate(self, now: float, frames: int) -> float | None:
+        self._samples.append((now, frames))
+        while len(self._samples) > 2 and now - self._samples[0][0] > self.rate_window_s:
+            self._samples.popleft()
+        t0, f0 = self._samples[0]
+        return (frames - f0) / (now - t0) if now > t0 and frames > f0 else None
+
+    def _draw(self, trainer: L.Trainer, force: bool = False) -> None:
+        now = time.perf_counter()
+        if self._progress is None or (not force and now - self._last_draw < self.refresh_every_s):
+            return
+        self._last_draw = now
+        dm = trainer.datamodule
+        frames = min(dm.frames, dm.collect.total_frames)
+        rate = self._rate(now, frames)
+        post = []
+        if dm.recent_returns:
+            post.append(f"return {sum(dm.recent_returns) / len(dm.recent_returns):.1f}")
+        ev = trainer.callback_metrics.get("eval/return_mean")
+        if ev is not None:
+            post.append(f"eval {float(ev):.1f}")
+        post.append(f"updates {dm.updates}")
+        warmup = dm.frames < dm.collect.warmup_frames
+        self._progress.update(
+            self._task,
+            completed=frames,
+            description="warm-up" if warmup else "frames",
+            rate=f"{rate:,.0f} frames/s" if rate is not None else "- frames/s",
+            post=" · ".join(post),
+        )
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    # ------------------------------------------------------------------ hooks
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_train_start(trainer, pl_module)
-        self._t0 = time.perf_counter()
-        self._f0 = trainer.datamodule.frames
-
-    @override
-    def _get_train_description(self, current_epoch: int) -> str:
-        return "frames"
-
-    @override
-    def _initialize_train_progress_bar_id(self) -> None:
-        self.train_progress_bar_id = self._add_task(self.trainer.datamodule.collect.total_frames, "frames")
-
-    @override
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.is_disabled:
+        if not self.is_enabled:
             return
-        super().on_train_epoch_start(trainer, pl_module)
-        if self.progress is not None and self.train_progress_bar_id is not None:
-            self.progress.update(self.train_progress_bar_id, total=trainer.datamodule.collect.total_frames)
+        dm = trainer.datamodule
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("{task.fields[post]}"),
+            console=Console(),
+            speed_estimate_period=self.rate_window_s,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(
+            "frames", total=dm.collect.total_frames, completed=dm.frames, rate="- frames/s", post=""
+        )
+        self._samples.clear()
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        now = time.perf_counter()
-        if now - self._last_draw < self.refresh_every_s or self.is_disabled:
-            return
-        self._last_draw = now
-        if self.train_progress_bar_id is None:
-            self._initialize_train_progress_bar_id()
-        self._update(self.train_progress_bar_id, trainer.datamodule.frames)
-        self._update_metrics(trainer, pl_module)
-        self.refresh()
+        self._draw(trainer)
 
     @override
-    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
-        dm = trainer.datamodule
-        elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        out: dict[str, Any] = {"sps": f"{(dm.frames - self._f0) / elapsed:.0f}"}
-        if dm.recent_returns:
-            out["return"] = f"{sum(dm.recent_returns) / len(dm.recent_returns):.1f}"
-        ev = trainer.callback_metrics.get("eval/return_mean")
-        if ev is not None:
-            out["eval"] = f"{float(ev):.1f}"
-        return out
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._draw(trainer, force=True)
+        self._stop()
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._stop()
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._stop()

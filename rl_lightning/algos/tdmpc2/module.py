@@ -24,6 +24,8 @@ see their docstrings); this module wires them to the framework's protocol.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
@@ -87,6 +89,11 @@ class TDMPC2(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    legacy_state_keys: ClassVar[dict[str, str]] = {
+        "action_scale": "actions.scale",
+        "action_bias": "actions.bias",
+        "planner.prev_mean": "planner.warm_start.value",
+    }
 
     def __init__(
         self,

@@ -1,0 +1,32 @@
+"""Committed benchmark results say what machine they ran on and hold no paths of that machine."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+ABSOLUTE = re.compile(r"(?<![\w.~])/(?:work|tmp|root|home|Users|var|private)/")
+
+
+def strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
+def test_results_hold_relative_paths_only(path: Path) -> None:
+    data = json.loads(path.read_text())
+    found = [s for s in strings(data) if ABSOLUTE.search(s)]
+    assert not found, f"{path.name} holds absolute paths: {found[:3]}"
+    assert "machine" in data

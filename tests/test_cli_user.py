@@ -1,0 +1,150 @@
+"""What a new user meets: one clear line for bad input (nothing written), the run's report, `last`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_lightning.cli import main
+
+QUICK = [
+    "+experiment=dqn_cartpole",
+    "device=cpu",
+    "progress_bar=false",
+    "total_frames=600",
+    "collect.frames_per_batch=50",
+    "collect.warmup_frames=100",
+    "eval.every_frames=200",
+    "eval.episodes=3",
+    "checkpoint.every_frames=200",
+]
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fit", "+experiment=dqn_cartpole", "total_frames=abc"], "total_frames='abc': expected an integer"),
+        (["fit", "+experiment=dqn_cartpole", "seed=abc"], "seed='abc': expected an integer"),
+        (["fit", "+experiment=dqn_cartpole", "device=gpu"], "device='gpu': choose auto, cpu or cuda"),
+        (["fit", "+experiment=dqn_cartpole", "algo.lr=fast"], "algo.lr='fast': expected a number"),
+        (["fit", "+experiment=dqn_cartpole", "collect.warmup_frames=1.5"], "collect.warmup_frames=1.5"),
+        (["fit", "+experiment=dqn_cartpole", "env.num_envs=two"], "env.num_envs='two': expected an integer"),
+        (
+            ["fit", "+experiment=dqn_cartpole", "env=cartpol"],
+            "unknown env 'cartpol'; choose one of: cartpole, hockey, hockey_discrete, pendulum",
+        ),
+        (["fit", "+experiment=dqn_cartpole", "algo=dqnn"], "unknown algo 'dqnn'; choose one of: "),
+        (["fit"], "fit needs an experiment: python -m rl_lightning fit +experiment=NAME"),
+        (["fit", "total_frames=100"], "fit needs an experiment"),
+        (["evaluate", "ckpt=mlflow.db"], "mlflow.db is not a checkpoint written by rl_lightning fit"),
+        (["evaluate", "ckpt=config.yaml"], "config.yaml is not a checkpoint written by rl_lightning fit"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlflow.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(args) == 2
+    assert message in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run directory, no new store
+
+
+def test_fit_says_what_it_runs_and_where_the_checkpoints_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", *QUICK, "logger=none"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("fit dqn_cartpole: DQN on CartPole-v1, 600 frames, seed 0, cpu -> runs/")
+    summary = json.loads(lines[-1])
+    assert summary["frames"] == 600  # exactly the budget, not the next multiple of a collection
+    assert f"last checkpoint: {summary['last_ckpt']}" in out
+    assert f"best checkpoint: {summary['best_ckpt']} (eval/return_mean {summary['best_score']:.2f}" in out
+    assert f"python -m rl_lightning evaluate ckpt={summary['best_ckpt']}" in out
+    # Evaluating the best checkpoint replays the evaluation that made it best: the same score.
+    assert main(["evaluate", f"ckpt={summary['best_ckpt']}", "logger=none"]) == 0
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stats["return_mean"] == pytest.approx(summary["best_score"], abs=1e-4)
+
+
+def test_gpu_sized_experiment_on_a_cpu_points_to_its_cpu_variant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    from rl_lightning.cli import compose
+    from rl_lightning.cli.fit import fit
+
+    monkeypatch.setattr("lightning.Trainer.fit", lambda *a, **k: None)  # only the start of the command
+    fit(compose(["+experiment=tdmpc2_hockey", "device=cpu", "logger=none", "progress_bar=false"]))
+    out = capsys.readouterr().out
+    assert "tdmpc2_hockey is sized for a GPU" in out and "+experiment=tdmpc2_hockey_cpu" in out
+    fit(compose(["+experiment=tdmpc2_hockey_cpu", "device=cpu", "logger=none", "progress_bar=false"]))
+    assert "sized for a GPU" not in capsys.readouterr().out
+
+
+def test_last_means_the_newest_real_run_of_the_same_experiment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", *QUICK, "logger=none"]) == 0
+    real = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_dir"]
+    assert main(["fit", *QUICK, "+debug=quick"]) == 0  # newer, but a debug run: kept apart
+    debug = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_dir"]
+    assert debug.startswith("runs/debug/dqn_cartpole/")
+    assert main(["fit", *QUICK, "logger=none", "total_frames=700", "ckpt_path=last"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["run_dir"] == real and resumed["frames"] == 700
+    # A checkpoint of another algorithm is refused, not silently loaded into this one.
+    last = Path(real) / "checkpoints" / "last.ckpt"
+    assert main(["fit", "+experiment=tdmpc2_pendulum", "logger=none", f"ckpt_path={last}"]) == 2
+    assert "is a run of DQN on CartPole-v1" in one_error_line(capsys)
+
+
+def test_progress_bar_counts_frames_to_the_total_and_prints_evaluations_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "160")
+    args = [a for a in QUICK if a != "progress_bar=false"]
+    assert main(["fit", *args, "progress_bar=true", "logger=none"]) == 0
+    out = capsys.readouterr().out
+    bar = [ln for ln in out.splitlines() if ln.startswith("frames ")]
+    assert bar, out
+    final = bar[-1]
+    assert "600/600" in final and "frames/s" in final and "updates" in final and "eval" in final
+    assert "it/s" not in out  # one rate: environment frames per second
+    evals = [ln for ln in out.splitlines() if ln.startswith("eval @ ")]
+    assert [ln.split(" frames")[0] for ln in evals] == ["eval @ 200", "eval @ 400", "eval @ 600"]
+
+
+def test_a_user_error_during_the_fit_leaves_no_run_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import mlflow
+
+    from rl_lightning.data.datamodule import RLDataModule
+
+    monkeypatch.chdir(tmp_path)
+
+    def broken(self):
+        raise ValueError("env.kwargs.level=9 is out of range; choose 1 to 3.")
+
+    monkeypatch.setattr(RLDataModule, "make_collector", broken)
+    assert main(["fit", *QUICK]) == 2
+    assert "env.kwargs.level=9 is out of range" in one_error_line(capsys)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("config.yaml"))
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("rl_lightning")
+    assert experiment is None or client.search_runs([experiment.experiment_id]) == []

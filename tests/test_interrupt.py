@@ -1,0 +1,116 @@
+"""Ctrl-C at any point of the loop stops the run at the next safe point with a checkpoint that resumes.
+
+The SIGINT is sent to this very process from inside the phase under test (collecting, extending the
+replay, updating, evaluating, writing a checkpoint), through the same ``fit`` command the CLI runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rl_lightning.cli import compose
+from rl_lightning.cli.fit import fit
+from rl_lightning.data.datamodule import RLDataModule, _Policy
+from rl_lightning.training.safe_load import load_checkpoint
+
+BASE = [
+    "+experiment=dqn_cartpole",
+    "logger=none",
+    "device=cpu",
+    "progress_bar=false",
+    "collect.frames_per_batch=32",
+    "collect.warmup_frames=64",
+    "eval.every_frames=128",
+    "eval.episodes=2",
+    "checkpoint.every_frames=64",
+]
+
+
+def _interrupting(original: Callable, calls_before: int) -> Callable:
+    """``original`` that sends SIGINT to this process on its ``calls_before + 1``-th call, mid-call."""
+    count = {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == calls_before + 1:
+            os.kill(os.getpid(), signal.SIGINT)  # handled between bytecodes, i.e. inside this call
+        return original(*args, **kwargs)
+
+    return wrapped
+
+
+PHASES = {
+    # (object, attribute, calls before the interrupting one)
+    "collect": (_Policy, "__call__", 80),
+    "extend": (RLDataModule, "add_frames", 6),
+    "update": ("module", "update", 40),
+    "evaluate": ("module", "act_eval", 30),
+    "checkpoint": (RLDataModule, "save_replay", 1),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_ctrl_c_in_every_phase_leaves_a_checkpoint_that_resumes(
+    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    owner, name, calls = PHASES[phase]
+    if owner != "module":
+        monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name), calls))
+    else:
+        from rl_lightning.algos.dqn import DQN
+
+        monkeypatch.setattr(DQN, name, _interrupting(getattr(DQN, name), calls))
+    with pytest.raises(KeyboardInterrupt):
+        fit(compose([*BASE, "total_frames=100000"]))
+    out = capsys.readouterr()
+    assert "stopping at the next safe point" in out.err and "Traceback" not in out.err
+    assert "interrupted:" in out.out and "last checkpoint:" in out.out
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
+    ckpt = load_checkpoint(last)
+    stopped = next(v for k, v in ckpt.items() if k.endswith("RLDataModule"))["frames"]
+    assert 0 < stopped < 100_000
+    replay = Path(str(last) + ".replay")
+    assert replay.is_dir() and not replay.with_name(replay.name + ".tmp").exists()
+    # The replay beside it holds exactly the frames the checkpoint counts.
+    from tensordict import TensorDict  # noqa: F401  (the storage loads TensorDicts)
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000))
+    rb.loads(replay)
+    assert len(rb) == stopped
+    run = fit(compose([*BASE, f"total_frames={stopped + 64}", "ckpt_path=last"]))
+    assert run.datamodule.frames == stopped + 64 and run.datamodule.resumed_frames == stopped
+
+
+def test_a_second_ctrl_c_aborts_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rl_lightning.algos.dqn import DQN
+
+    monkeypatch.chdir(tmp_path)
+    original = DQN.update
+    count = {"n": 0}
+
+    def twice(self, batch):
+        count["n"] += 1
+        if count["n"] == 20:
+            os.kill(os.getpid(), signal.SIGINT)  # asks for a stop ...
+            os.kill(os.getpid(), signal.SIGINT)  # ... and insists before the step is over
+        return original(self, batch)
+
+    monkeypatch.setattr(DQN, "update", twice)
+    with pytest.raises(KeyboardInterrupt):
+        fit(compose([*BASE, "total_frames=100000"]))
+    out = capsys.readouterr()
+    assert count["n"] == 20, "the run went on after the second Ctrl-C"
+    assert "aborted: the last checkpoint is in" in out.out
+    # Lightning ignores Ctrl-C while it shuts down; afterwards the process has Python's default again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
