@@ -2,7 +2,10 @@
 
 import sys
 
-from rl_lightning.cli import main
-
 if __name__ == "__main__":
+    try:
+        from rl_lightning.cli import main
+    except KeyboardInterrupt:  # Ctrl-C while Python is still importing: nothing started, nothing to save
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())

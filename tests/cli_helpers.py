@@ -38,6 +38,8 @@ def interrupt_cli(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal, even when the tests run in the background (which ignores SIGINT).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + timeout
     while not (after_path.exists() and any(after_path.glob(after_glob))):

@@ -37,3 +37,7 @@ def test_site_builds_strictly_without_the_generator_script(tmp_path: Path) -> No
     html = (site / "reference" / "configuration" / "index.html").read_text()
     assert "runs/&lt;name&gt;/&lt;timestamp&gt;" in html
     assert "runs/${name}/${now:%Y%m%d-%H%M%S}" in html
+    # The learning curves of the benchmarks, drawn at the build.
+    curves = (site / "learning-curves" / "index.html").read_text()
+    assert 'src="../images/curves/dqn_cartpole.png"' in curves
+    assert (site / "images" / "curves" / "dqn_cartpole.png").read_bytes()[:4] == b"\x89PNG"

@@ -156,6 +156,19 @@ class RLModule(L.LightningModule, ABC):
     def replay_requirements(self) -> ReplayRequirements:
         """What this algorithm needs from the replay buffer."""
 
+    def export_policy(self) -> torch.nn.Module:
+        """The deterministic policy as a plain module, for ``export``: ``observation -> action``.
+
+        The module maps a float tensor ``[N, *obs_shape]`` to the actions ``act_eval`` takes for those
+        observations (in the env's units), with no TensorDict, no per-env state and no randomness, so that
+        TorchScript and ONNX can hold it and it runs without the framework.
+
+        Raises:
+            NotImplementedError: the algorithm's deterministic policy is not a function of the observation
+                alone (it says why).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not provide an exportable policy.")
+
     def set_frames(self, frames: int) -> None:
         """Called by the data path after each collection (an in-place fill: no sync, graph-safe)."""
         self.frames.fill_(float(frames))

@@ -21,7 +21,7 @@ from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import LinearSchedule, polyak_update
 
-__all__ = ["DQN", "DuelingHead"]
+__all__ = ["DQN", "DuelingHead", "GreedyPolicy"]
 
 
 class DuelingHead(nn.Module):
@@ -55,6 +55,17 @@ class DuelingHead(nn.Module):
         h = self.trunk(obs)
         adv = self.advantage(h)
         return self.value(h) + adv - adv.mean(-1, keepdim=True)
+
+
+class GreedyPolicy(nn.Module):
+    """``observation [N, obs_dim] -> argmax_a Q(s, a) [N]``: DQN's deterministic policy for export."""
+
+    def __init__(self, q_net: nn.Module) -> None:
+        super().__init__()
+        self.q_net = q_net
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.q_net(observation.float()).argmax(-1)
 
 
 class DQN(RLModule):
@@ -172,6 +183,10 @@ class DQN(RLModule):
         """Greedy actions."""
         td.set("action", self.q_values(td.get("observation")).argmax(-1))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """The greedy policy over the online Q-network (what ``act_eval`` does)."""
+        return GreedyPolicy(self.qnet.module[0].module)
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """One Q-learning step on ``batch`` (``[B]`` transitions).

@@ -36,6 +36,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "evaluate",
         "evaluate a checkpoint: python -m rl_lightning evaluate ckpt=PATH [episodes=N] [device=cpu]",
     ),
+    "export": (
+        "rl_lightning.cli.export",
+        "export",
+        "a standalone policy file: python -m rl_lightning export ckpt=PATH [export.format=torchscript|onnx]",
+    ),
+    "plot": (
+        "rl_lightning.cli.plot",
+        "plot",
+        "learning curves over seeds: python -m rl_lightning plot plot.inputs=[benchmarks/results/X.json]",
+    ),
     "bench": (
         "rl_lightning.cli.bench",
         "bench",
@@ -49,12 +59,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-USAGE = """usage: python -m rl_lightning COMMAND [OVERRIDES...] [--cfg job]
+USAGE = """usage: python -m rl_lightning COMMAND [OVERRIDES...] [--cfg job] [-m]
 
 commands:
 {commands}
 options:
   --cfg job  print the composed config and exit
+  -m         fit only: a Hydra multirun sweep (seed=0,1,2 ...; +hparams_search=NAME for Optuna)
   -h, --help this message
 
 overrides use Hydra's syntax: key=value, group=option, +new_key=value.
@@ -64,19 +75,22 @@ view runs:   mlflow ui --backend-store-uri sqlite:///mlflow.db   (from the direc
 """
 
 
-def _parse(argv: Sequence[str]) -> tuple[str, list[str], bool]:
+def _parse(argv: Sequence[str]) -> tuple[str, list[str], bool, bool]:
+    """``(command, overrides, print the config, multirun)`` of the command line."""
     args = list(argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        return "help", [], False
+        return "help", [], False, False
     command, rest = args[0], args[1:]
-    print_cfg = False
+    print_cfg = multirun = False
     overrides = []
     i = 0
     while i < len(rest):
         a = rest[i]
         if a in ("-h", "--help"):
-            return "help", [], False
-        if a in ("--cfg", "-c"):
+            return "help", [], False, False
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif a in ("--cfg", "-c"):
             print_cfg = True
             if i + 1 < len(rest) and rest[i + 1] in ("job", "all"):
                 i += 1
@@ -87,7 +101,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, list[str], bool]:
         else:
             overrides.append(a)
         i += 1
-    return command, overrides, print_cfg
+    return command, overrides, print_cfg, multirun
 
 
 def _command(name: str) -> Callable[[DictConfig], Any]:
@@ -117,14 +131,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     restore_logging = quiet_libraries()
     try:
-        command, overrides, print_cfg = _parse(argv)
+        command, overrides, print_cfg, multirun = _parse(argv)
         if command == "help":
             print(_help_text())
             return 0
         if command not in COMMANDS:
             raise CliError(f"unknown command '{command}'; commands: {', '.join(COMMANDS)}.")
+        if multirun and command != "fit":
+            raise CliError(f"-m/--multirun sweeps over fit, not {command}.")
         if command == "fit" and not print_cfg:
             _require_run_choice(overrides)
+        if multirun:
+            from rl_lightning.cli.sweep import multirun as sweep
+
+            return sweep(overrides)
         cfg = compose(overrides)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg))

@@ -6,6 +6,7 @@ from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.cli.config import CliError
 from rl_lightning.data.replay import ReplayMismatchError
 from rl_lightning.envs.factory import UnknownEnvError
+from rl_lightning.training.video import VideoError
 
 __all__ = ["USER_ERRORS"]
 
@@ -15,6 +16,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     UnknownEnvError,
     IncompatibleEnvError,
     ReplayMismatchError,
+    VideoError,
     FileNotFoundError,
     ValueError,
 )

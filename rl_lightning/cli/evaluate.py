@@ -13,6 +13,7 @@ from rl_lightning.cli.run import build_module, container, env_config, make_logge
 from rl_lightning.data.replay import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
+from rl_lightning.training.video import check_video_format, record_video
 
 __all__ = ["evaluate"]
 
@@ -22,11 +23,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     By default it plays the run's own evaluation (its ``eval.episodes`` with its ``eval.seed``, on its
     eval envs and variants), so ``evaluate`` of ``best.ckpt`` reproduces the score that made it best;
-    ``episodes=N`` and ``eval_seed=S`` play others.
+    ``episodes=N`` and ``eval_seed=S`` play others. ``video=true`` also writes a video of
+    ``eval.video.episodes`` episodes beside the checkpoint (and logs it as an MLflow artifact).
     """
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
     apply_process_settings(cfg)
+    if cfg.video:
+        check_video_format(cfg.eval.video.format)
     ckpt = load_checkpoint(cfg.ckpt)  # safe: weights only, targets checked, older formats migrated
     saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
     env_cfg = env_config(saved)
@@ -43,6 +47,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             f"{stats[k]:.2f}" for k in ("win_rate", "loss_rate", "draw_rate")
         )
     print(line)
+    video = None
+    if cfg.video:
+        v = cfg.eval.video
+        video = Path(cfg.ckpt).with_name(f"{Path(cfg.ckpt).stem}-video.{v.format}")
+        record_video(module, env_cfg, video, int(v.episodes), seed, int(v.fps))
+        print(f"video of {v.episodes} episode(s): {video}")
     print(json.dumps({k: round(v, 4) for k, v in stats.items()}))
     if cfg.logger:
         eval_cfg = OmegaConf.merge(cfg, {"logger": {"run_name": f"{saved.name}-evaluate"}})
@@ -56,5 +66,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             }
         )
         logger.log_metrics({f"evaluate/{k}": v for k, v in stats.items() if math.isfinite(v)}, step=0)
+        if video is not None:
+            logger.experiment.log_artifact(logger.run_id, str(video), "videos")
         logger.finalize("FINISHED")
     return stats

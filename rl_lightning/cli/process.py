@@ -46,6 +46,9 @@ def quiet_libraries() -> Callable[[], None]:
     os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("RL_WARNINGS", "False")
+    # Rendering for videos needs no display; without these SDL complains on every video.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")

@@ -19,13 +19,14 @@ from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig, resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint, replay_path
-from rl_lightning.training.evaluation import EvalCallback
+from rl_lightning.training.evaluation import EvalCallback, VideoSettings
 from rl_lightning.training.feedback import UpdateFeedback
 from rl_lightning.training.interrupt import StopOnInterrupt
 from rl_lightning.training.progress import FramesProgressBar
-from rl_lightning.training.safe_load import CONFIG_KEY, check_replay_dir, load_checkpoint
+from rl_lightning.training.safe_load import check_replay_dir, load_checkpoint
+from rl_lightning.training.video import check_video_format
 
-__all__ = ["CONFIG_KEY", "Run", "build_module", "build_run", "container", "env_config", "make_logger"]
+__all__ = ["Run", "build_module", "build_run", "container", "env_config", "make_logger"]
 
 
 def container(node: Any) -> Any:
@@ -142,8 +143,12 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> MLFlowLogger | None:
 
 
 def _callbacks(
-    cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint, stop: StopOnInterrupt
+    cfg: DictConfig, env_cfg: EnvConfig, checkpoint: FrameCheckpoint, stop: StopOnInterrupt, run_dir: Path
 ) -> list[L.Callback]:
+    video = None
+    if cfg.eval.video.every_frames:
+        check_video_format(cfg.eval.video.format)  # a missing package fails now, not at the first video
+        video = VideoSettings(dir=run_dir / "videos", **container(cfg.eval.video))
     callbacks: list[L.Callback] = [
         stop,
         UpdateFeedback(log_every_n_updates=int(cfg.log_every_n_updates)),
@@ -154,6 +159,7 @@ def _callbacks(
             seed=cfg.eval.seed,
             variants=container(cfg.eval.variants),
             should_stop=lambda: stop.requested,
+            video=video,
         ),
         checkpoint,
         ConfigInCheckpoint(container(cfg)),
@@ -211,7 +217,7 @@ def build_run(cfg: DictConfig) -> Run:
         max_epochs=-1,
         num_sanity_val_steps=0,
         logger=logger if logger is not None else False,
-        callbacks=_callbacks(cfg, env_cfg, checkpoint, stop),
+        callbacks=_callbacks(cfg, env_cfg, checkpoint, stop, run_dir),
         enable_progress_bar=bool(cfg.progress_bar),
         default_root_dir=str(run_dir),
         **container(cfg.trainer),

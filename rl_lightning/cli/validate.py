@@ -38,6 +38,7 @@ ROOT_TYPES: dict[str, Any] = {
     "cpu_variant": str | None,
     "ckpt": str | None,
     "ckpt_path": str | None,
+    "video": bool,
 }
 
 _GROUP_TYPES: dict[str, type] = {"collect": CollectConfig, "replay": ReplayConfig, "env": EnvConfig}

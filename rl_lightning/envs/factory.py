@@ -12,7 +12,7 @@ import gymnasium as gym
 from rl_lightning.envs.hockey import register_envs
 from rl_lightning.envs.vector import GymVecEnv
 
-__all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env"]
+__all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env", "make_gym_env"]
 
 
 class UnknownEnvError(ValueError):
@@ -72,6 +72,12 @@ def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
         return gym.make(cfg.id, disable_env_checker=True, **kwargs)
 
     return build
+
+
+def make_gym_env(cfg: EnvConfig) -> gym.Env:
+    """One plain gymnasium env of ``cfg`` (for rendering; training and evaluation use :func:`make_env`)."""
+    check_env_id(cfg.id)
+    return _env_fn(cfg)()
 
 
 def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None) -> GymVecEnv:

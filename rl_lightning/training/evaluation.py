@@ -5,16 +5,31 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import MLFlowLogger
 from typing_extensions import override
 
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.metrics import log_metrics
+from rl_lightning.training.video import record_video
 
-__all__ = ["EvalCallback", "EvaluationStopped", "evaluate_policy", "evaluate_variants"]
+__all__ = ["EvalCallback", "EvaluationStopped", "VideoSettings", "evaluate_policy", "evaluate_variants"]
+
+
+@dataclass
+class VideoSettings:
+    """Videos recorded with evaluations during ``fit`` (the ``eval.video`` node)."""
+
+    dir: Path
+    every_frames: int = 0
+    episodes: int = 1
+    format: str = "gif"
+    fps: int = 30
 
 
 class EvaluationStopped(Exception):
@@ -158,6 +173,9 @@ class EvalCallback(L.Callback):
         seed: the eval envs' seed (the same every time, so evaluations are comparable).
         variants: env kwargs overrides to evaluate separately (see :func:`evaluate_variants`).
         should_stop: returns True when the run was asked to stop (Ctrl-C); ``None``: never.
+        video: ``None`` (no videos), or where and how to record one with an evaluation at least
+            ``video.every_frames`` frames after the last: :class:`VideoSettings`. Videos are logged as
+            MLflow artifacts under ``videos/``.
     """
 
     def __init__(
@@ -168,6 +186,7 @@ class EvalCallback(L.Callback):
         seed: int = 10_000,
         variants: Mapping[str, Mapping[str, Any]] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        video: VideoSettings | None = None,
     ) -> None:
         if every_frames < 0 or episodes < 1:
             raise ValueError("eval.every_frames must be >= 0 and eval.episodes >= 1.")
@@ -177,7 +196,9 @@ class EvalCallback(L.Callback):
         self.seed = seed
         self.variants = dict(variants or {})
         self.should_stop = should_stop
+        self.video = video
         self._done_frames = 0
+        self._video_frames: int | None = None
         self.last: dict[str, float] = {}
 
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -198,6 +219,26 @@ class EvalCallback(L.Callback):
         if trainer.is_global_zero:
             bar = trainer.progress_bar_callback
             (bar.print if bar is not None and bar.is_enabled else print)(line)
+            self._maybe_video(trainer, pl_module, frames)
+
+    def _maybe_video(self, trainer: L.Trainer, pl_module: L.LightningModule, frames: int) -> None:
+        video = self.video
+        if video is None or not video.every_frames:
+            return
+        if self._video_frames is not None and frames - self._video_frames < video.every_frames:
+            return
+        path = record_video(
+            pl_module,
+            self.env,
+            video.dir / f"eval_{frames}.{video.format}",
+            video.episodes,
+            self.seed,
+            video.fps,
+        )
+        self._video_frames = frames
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                logger.experiment.log_artifact(logger.run_id, str(path), "videos")
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
@@ -213,9 +254,10 @@ class EvalCallback(L.Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"done_frames": self._done_frames, "last": self.last}
+        return {"done_frames": self._done_frames, "last": self.last, "video_frames": self._video_frames}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._done_frames = state_dict["done_frames"]
         self.last = state_dict["last"]
+        self._video_frames = state_dict.get("video_frames")

@@ -64,8 +64,10 @@ class StopOnInterrupt(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._trainer = trainer
         self.requested = False
-        # Signal handlers can only be set from the main thread; elsewhere Ctrl-C keeps its default.
-        if threading.current_thread() is threading.main_thread() and not self._installed:
+        # Signal handlers can only be set from the main thread; elsewhere Ctrl-C keeps its default. A process
+        # that ignores Ctrl-C (started with nohup or `&` from a script) keeps ignoring it.
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread and not self._installed and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
 

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
@@ -39,6 +39,18 @@ from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
 from rl_lightning.algos.tdmpc2.world_model import MODEL_SIZES, WorldModel, model_size_preset
 
 __all__ = ["TDMPC2", "parse_model_size"]
+
+
+class _PriorPolicy(nn.Module):
+    """``observation -> tanh(mean)`` of the policy prior, mapped to the env's bounds (for export)."""
+
+    def __init__(self, model: WorldModel, actions: ActionScaler) -> None:
+        super().__init__()
+        self.encoder, self.pi_net, self.actions = model.encoder, model.pi_net, actions
+
+    def forward(self, observation: Tensor) -> Tensor:
+        mu, _ = self.pi_net(self.encoder(observation.float())).chunk(2, dim=-1)
+        return self.actions.to_env(torch.tanh(mu))
 
 
 def parse_model_size(size: str | int) -> int:
@@ -216,6 +228,21 @@ class TDMPC2(RLModule):
                 "set algo.num_envs to env.num_envs (the default interpolation does)."
             )
         return self._plan(td, self.planner, eval_mode=False)
+
+    def export_policy(self) -> nn.Module:
+        """The policy prior's mean action in the env's units (``act_eval`` when ``mpc=False``).
+
+        Raises:
+            NotImplementedError: with ``mpc=True`` the deterministic policy is the MPPI planner, which keeps
+                a warm start per env and samples action sequences: not a function of the observation alone.
+        """
+        if self.hparams.mpc:
+            raise NotImplementedError(
+                "TD-MPC2 acts by planning (algo.mpc=true): the planner keeps a warm start per env and "
+                "samples action sequences, so it is no function of the observation alone; export a run "
+                "trained with algo.mpc=false, or load the checkpoint with the framework to plan."
+            )
+        return _PriorPolicy(self.model, self.actions)
 
     @torch.no_grad()
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:

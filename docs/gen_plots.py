@@ -1,0 +1,62 @@
+"""Draws the learning curves of every benchmark result for the docs (docs/learning-curves.md + images).
+
+Runs as an mkdocs hook before each build, or by hand: ``python docs/gen_plots.py``. Each result in
+``benchmarks/results/`` that holds curves (see ``rl_lightning.cli.plot``) becomes one image, drawn by the
+same code as ``python -m rl_lightning plot``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+IMAGES = ROOT / "docs" / "images" / "curves"
+PAGE = ROOT / "docs" / "learning-curves.md"
+#: Which curves to draw where "every eval curve" would be too many panels.
+METRIC = {"tdmpc2_hockey": "win_rate"}
+
+
+def write() -> Path:
+    from rl_lightning.cli.plot import curves_from_json, plot_curves
+
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# Learning curves",
+        "",
+        "Every learning benchmark in `benchmarks/results/`, drawn at each docs build by the code of",
+        "`python -m rl_lightning plot` (mean over seeds, band from the lowest to the highest seed, against",
+        "environment frames). Draw one yourself, for example:",
+        "",
+        "```bash",
+        "python -m rl_lightning plot plot.inputs=[benchmarks/results/dqn_cartpole.json] plot.out=dqn.png",
+        "python -m rl_lightning plot plot.inputs=[mlflow:dqn_cartpole] plot.metric=eval/return_mean",
+        "```",
+        "",
+    ]
+    for path in sorted(RESULTS.glob("*.json")):
+        metric = METRIC.get(path.stem, "eval")
+        curves = {k: v for k, v in curves_from_json(path).items() if metric in k}
+        if not curves:
+            continue
+        image = plot_curves({path.stem: curves}, IMAGES / f"{path.stem}.png", title=path.stem)
+        command = json.loads(path.read_text()).get("command", f"benchmarks/{path.stem}.py")
+        lines += [
+            f"## {path.stem}",
+            "",
+            f"![{path.stem}](images/curves/{image.name})",
+            "",
+            f"From `benchmarks/results/{path.name}`; reproduce with `{command}`.",
+            "",
+        ]
+    PAGE.write_text("\n".join(lines))
+    return PAGE
+
+
+def on_pre_build(config: object) -> None:  # mkdocs hook
+    write()
+
+
+if __name__ == "__main__":
+    print(write())

@@ -1,0 +1,64 @@
+"""`plot`: curves found in benchmark results and MLflow, aligned over seeds, drawn to an image."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_lightning.cli import main
+from rl_lightning.cli.plot import _aligned, curves_from_json
+
+pytest.importorskip("matplotlib")
+
+
+def test_curves_are_found_per_seed_and_aligned_on_the_union_of_frames(tmp_path: Path) -> None:
+    result = {
+        "seeds": [
+            {"seed": 0, "eval_curve": [[100, 1.0], [300, 3.0]], "wall_s": 5},
+            {"seed": 1, "eval_curve": [[200, 10.0], [300, 30.0]]},
+        ],
+        "curves": {"eval/win_rate": [[50, 0.5]]},
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(result))
+    curves = curves_from_json(path)
+    assert sorted(curves) == ["eval/win_rate", "eval_curve"]
+    assert [c[0] for c in curves["eval_curve"]] == ["seed 0", "seed 1"]
+    frames, values = _aligned(curves["eval_curve"])
+    assert frames.tolist() == [100, 200, 300]
+    # Each seed holds its last value between its points, and has none before its first.
+    np.testing.assert_array_equal(values, [[1.0, 1.0, 3.0], [np.nan, 10.0, 30.0]])
+
+
+def test_plot_command_writes_an_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    src = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "dqn_cartpole.json"
+    assert main(["plot", f"plot.inputs=[{src}]", "plot.out=out/curves.png"]) == 0
+    image = tmp_path / "out" / "curves.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", "plot.inputs=[missing.json]"]) == 2
+    assert "plot input not found: missing.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_plot_reads_the_seeds_of_a_run_from_mlflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rl_lightning.cli.plot import curves_from_mlflow
+
+    monkeypatch.chdir(tmp_path)
+    quick = ["+experiment=dqn_cartpole", "device=cpu", "progress_bar=false", "total_frames=400",
+             "collect.warmup_frames=100", "collect.frames_per_batch=50", "eval.every_frames=200",
+             "eval.episodes=1"]  # fmt: skip
+    for seed in (0, 1):
+        assert main(["fit", *quick, f"seed={seed}"]) == 0
+    curves = curves_from_mlflow(f"sqlite:///{tmp_path / 'mlflow.db'}", "dqn_cartpole")
+    assert sorted(c[0] for c in curves["eval/return_mean"]) == ["seed 0", "seed 1"]
+    assert [c[1].tolist() for c in curves["eval/return_mean"]] == [[200.0, 400.0]] * 2
+    assert main(["plot", "plot.inputs=[mlflow:dqn_cartpole]", "plot.metric=eval/return_mean"]) == 0
+    assert (tmp_path / "curves.png").is_file()
