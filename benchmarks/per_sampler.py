@@ -57,7 +57,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     samplers = {
-        "TensorPrioritizedSampler": lambda: TensorPrioritizedSampler(args.capacity, args.alpha, args.beta),
+        "TensorPrioritizedSampler": lambda: TensorPrioritizedSampler(
+            args.capacity, args.alpha, args.beta, batch_size=args.batch
+        ),
     }
     result: dict = {"settings": vars(args), "torch": torch.__version__, "samplers": {}}
     try:
@@ -96,7 +98,7 @@ def main() -> None:
         result["torchrl_over_ours"] = theirs / ours
     for name, r in result["samplers"].items():
         print(name, r.get("us_per_sample_and_update_median", r["status"]))
-    print(write(f"per_sampler_torch{torch.__version__.split('+')[0]}", result))
+    print(write(f"per_sampler_torch{torch.__version__.split('+')[0]}_{args.capacity}", result))
 
 
 if __name__ == "__main__":

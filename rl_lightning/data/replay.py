@@ -122,7 +122,9 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
     device = resolve_device(cfg.device)
     storage = LazyTensorStorage(cfg.capacity, device=device)
     if cfg.prioritized:
-        sampler = TensorPrioritizedSampler(cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device)
+        sampler = TensorPrioritizedSampler(
+            cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device, batch_size=cfg.batch_size
+        )
     elif cfg.slice_len is not None:
         if cfg.batch_size % cfg.slice_len:
             raise ValueError(
