@@ -2,6 +2,7 @@
 
 from rl_lightning.algos.base import IncompatibleEnvError, RLModule
 from rl_lightning.algos.dqn import DQN
+from rl_lightning.algos.options import SACOptions
 from rl_lightning.algos.quantile import ACIQN, C51, IQN, QRDQN
 from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
@@ -21,4 +22,5 @@ __all__ = [
     "DiscreteSAC",
     "IncompatibleEnvError",
     "RLModule",
+    "SACOptions",
 ]

@@ -19,8 +19,9 @@ class UpdateFeedback(L.Callback):
 
     - New priorities (``output["priority"]``: ``index``, ``value``) go to the data module's replay
       buffer at once, before the next sample is drawn.
-    - Every ``log_every_n_updates`` updates the scalar metrics are logged as ``train/<name>`` (one host
-      sync for all of them), with the data path's ``train/episodes``, ``train/episode_return`` and
+    - Every ``log_every_n_updates`` updates the scalar metrics are logged as ``train/<name>`` (a name
+      that has a ``/`` already, such as ``options/usage_min``, as it is; one host sync for all of
+      them), with the data path's ``train/episodes``, ``train/episode_return`` and
       ``train/episode_length`` (means over the episodes finished since the last log), against frames.
       The episodes finished after the last interval are logged at the end of the epoch.
 
@@ -53,7 +54,9 @@ class UpdateFeedback(L.Callback):
         if self._since_log >= self.log_every_n_updates:
             self._since_log = 0
             metrics: dict[str, Any] = {
-                f"train/{k}": v for k, v in outputs.items() if k != PRIORITY_KEY and v.dim() == 0
+                (k if "/" in k else f"train/{k}"): v
+                for k, v in outputs.items()
+                if k != PRIORITY_KEY and v.dim() == 0
             }
             metrics.update(self._episode_metrics(dm))
             log_metrics(trainer, metrics, dm.frames)

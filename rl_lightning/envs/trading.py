@@ -1,0 +1,196 @@
+"""A trading env on real market prices: the series gym-anytrading ships, split by date, with trading costs.
+
+The prices come from the CSV files bundled with ``gym-anytrading`` (an optional extra:
+``pip install rl_lightning[trading]``): ``STOCKS_GOOGL`` (Alphabet daily closes, 2009-05-22 to 2018-08-29)
+and ``FOREX_EURUSD_1H_ASK`` (EUR/USD hourly ask closes, 2017). Only its data files are read (located
+without importing the package, parsed with the standard library): the env itself is ours.
+
+Gymnasium ids (registered by :func:`register_trading_envs`, which ``rl_lightning.envs`` calls; nothing
+is read before an env is made):
+
+* ``TradingStocks-v0``: GOOGL daily; train before 2016-01-01, validation 2016, test from 2017-01-01.
+* ``TradingForex-v0``: EUR/USD hourly; train before 2017-09-01, validation September 2017, test from
+  2017-10-01.
+
+**Dynamics.** At the close of step ``t`` the agent sets its position ``p_t`` in ``[-1, 1]`` (short to
+long, a fraction of its wealth) and holds it to the next close. The wealth grows by
+``1 + p_t r_{t+1} - c |p_t - p_{t-1}|`` with ``r_{t+1} = P_{t+1}/P_t - 1`` the asset's simple return and
+``c`` the transaction cost per unit of position changed. The reward is ``scale`` times the log of that
+growth, so an episode's return is ``scale × log(final wealth / initial wealth)`` (with ``scale = 100``:
+the log-return in percent). Episodes start flat (``p = 0``).
+
+**Splits** (by date, deterministic): ``train`` episodes are ``episode_length`` steps from a random start
+inside the train period; ``validation`` and ``test`` are one episode each, the whole period from its
+first day, the same every time. The observation window may reach back across the split date (past
+prices only: no look-ahead).
+
+**Actions**: ``continuous`` (a ``Box(-1, 1, (1,))`` target position) or ``discrete`` (``0, 1, 2`` =
+short, flat, long). **Observation**: the last ``window_size`` log returns divided by their standard
+deviation over the train period (clipped to ±5), then the current position: ``window_size + 1`` floats.
+``info`` holds ``position``, ``asset_return`` (``r_{t+1}``) and ``wealth``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import importlib.util
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["DATASETS", "TRADING_ENV_IDS", "TradingEnv", "load_prices", "register_trading_envs"]
+
+#: Bundled series: file name, date column, date format.
+DATASETS = {
+    "STOCKS_GOOGL": ("STOCKS_GOOGL.csv", "Date", "%Y-%m-%d"),
+    "FOREX_EURUSD_1H_ASK": ("FOREX_EURUSD_1H_ASK.csv", "Time", "%d.%m.%Y %H:%M:%S.%f"),
+}
+
+#: id -> default kwargs.
+TRADING_ENV_IDS: dict[str, dict[str, Any]] = {
+    "TradingStocks-v0": {
+        "dataset": "STOCKS_GOOGL",
+        "validation_date": "2016-01-01",
+        "test_date": "2017-01-01",
+        "episode_length": 250,
+        "window_size": 30,
+    },
+    "TradingForex-v0": {
+        "dataset": "FOREX_EURUSD_1H_ASK",
+        "validation_date": "2017-09-01",
+        "test_date": "2017-10-01",
+        "episode_length": 500,
+        "window_size": 48,
+    },
+}
+
+SPLITS = ("train", "validation", "test")
+
+
+def _data_dir() -> Path:
+    spec = importlib.util.find_spec("gym_anytrading")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "the trading envs read the price series bundled with gym-anytrading: "
+            "pip install 'rl_lightning[trading]' (or pip install gym-anytrading)."
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
+
+
+def load_prices(dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """The dates (``datetime64[s]``) and closing prices (float64) of a bundled series, oldest first."""
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset={dataset!r}: use one of {sorted(DATASETS)}.")
+    name, date_col, fmt = DATASETS[dataset]
+    with (_data_dir() / name).open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    dates = np.array([np.datetime64(dt.datetime.strptime(r[date_col], fmt), "s") for r in rows])
+    close = np.array([float(r["Close"]) for r in rows], dtype=np.float64)
+    order = np.argsort(dates, kind="stable")
+    return dates[order], close[order]
+
+
+class TradingEnv(gym.Env):
+    """One asset, one position in ``[-1, 1]``, daily or hourly steps; see the module docstring.
+
+    Args:
+        dataset: ``STOCKS_GOOGL`` or ``FOREX_EURUSD_1H_ASK``.
+        split: ``train``, ``validation`` or ``test``.
+        validation_date: first date of the validation period (ISO, ``YYYY-MM-DD``).
+        test_date: first date of the test period.
+        episode_length: steps of a train episode (validation and test run their whole period).
+        window_size: past log returns in the observation.
+        transaction_cost: cost per unit of position changed, a fraction of wealth (0.001 = 10 bp).
+        reward_scale: the reward is ``reward_scale × log(wealth growth)``.
+        action_type: ``continuous`` (target position) or ``discrete`` (short, flat, long).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(
+        self,
+        dataset: str = "STOCKS_GOOGL",
+        split: str = "train",
+        validation_date: str = "2016-01-01",
+        test_date: str = "2017-01-01",
+        episode_length: int = 250,
+        window_size: int = 30,
+        transaction_cost: float = 0.001,
+        reward_scale: float = 100.0,
+        action_type: str = "continuous",
+    ) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}: use one of {SPLITS}.")
+        if action_type not in ("continuous", "discrete"):
+            raise ValueError(f"action_type={action_type!r}: use continuous or discrete.")
+        if transaction_cost < 0 or window_size < 1 or episode_length < 1:
+            raise ValueError("transaction_cost >= 0, window_size >= 1 and episode_length >= 1 are required.")
+        dates, prices = load_prices(dataset)
+        val, test = np.datetime64(validation_date, "s"), np.datetime64(test_date, "s")
+        if not dates[0] < val < test < dates[-1]:
+            raise ValueError(f"need {dates[0]} < validation_date < test_date < {dates[-1]}.")
+        self.dates, self.prices = dates, prices
+        log_ret = np.diff(np.log(prices), prepend=np.log(prices[0]))
+        self.i_val, self.i_test = int(np.searchsorted(dates, val)), int(np.searchsorted(dates, test))
+        if self.i_val - window_size - 1 < episode_length:
+            raise ValueError("the train period is shorter than window_size + episode_length steps.")
+        # Scaled by the train period's volatility only: nothing of the later periods leaks into it.
+        scale = log_ret[1 : self.i_val].std()
+        self.features = np.clip(log_ret / scale, -5.0, 5.0).astype(np.float32)
+        self.split, self.window_size, self.episode_length = split, window_size, episode_length
+        self.transaction_cost, self.reward_scale = transaction_cost, reward_scale
+        self.discrete = action_type == "discrete"
+        self.action_space = (
+            gym.spaces.Discrete(3) if self.discrete else gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
+        )
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (window_size + 1,), dtype=np.float32)
+        self._t = self._end = 0
+        self._position = self._wealth = 0.0
+
+    def period(self, split: str | None = None) -> tuple[int, int]:
+        """The index range ``[first, last]`` of a split's closes (an episode steps from first to last)."""
+        split = split or self.split
+        if split == "train":
+            return self.window_size, self.i_val - 1
+        if split == "validation":
+            return self.i_val, self.i_test - 1
+        return self.i_test, len(self.prices) - 1
+
+    def _obs(self) -> np.ndarray:
+        window = self.features[self._t - self.window_size + 1 : self._t + 1]
+        return np.append(window, np.float32(self._position)).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        first, last = self.period()
+        if self.split == "train":
+            first = int(self.np_random.integers(first, last - self.episode_length + 1))
+            last = first + self.episode_length
+        # A validation/test episode starts at the close before its period, so it earns every return in it.
+        self._t, self._end = (first - 1, last) if self.split != "train" else (first, last)
+        self._position, self._wealth = 0.0, 1.0
+        return self._obs(), {"position": 0.0, "asset_return": 0.0, "wealth": 1.0}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.discrete:
+            target = float(int(np.asarray(action).reshape(())) - 1)
+        else:
+            target = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
+        asset_return = self.prices[self._t + 1] / self.prices[self._t] - 1.0
+        growth = 1.0 + target * asset_return - self.transaction_cost * abs(target - self._position)
+        growth = max(growth, 1e-6)  # a position of at most 1x cannot lose more than everything
+        self._wealth *= growth
+        self._position = target
+        self._t += 1
+        info = {"position": target, "asset_return": asset_return, "wealth": self._wealth}
+        return self._obs(), float(self.reward_scale * np.log(growth)), False, self._t >= self._end, info
+
+
+def register_trading_envs() -> None:
+    """Registers ``TradingStocks-v0`` and ``TradingForex-v0`` (idempotent; reads no data)."""
+    for env_id, kwargs in TRADING_ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="rl_lightning.envs.trading:TradingEnv", kwargs=dict(kwargs))
