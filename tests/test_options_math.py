@@ -159,3 +159,22 @@ def test_epsilon_greedy_selection_takes_the_best_option_but_epsilon() -> None:
     option, _, _ = select(none, none, torch.zeros(N), q, mode="epsilon_greedy", epsilon=0.2)
     freq = torch.bincount(option, minlength=K).float() / N
     torch.testing.assert_close(freq, torch.tensor([0.05, 0.05, 0.85, 0.05]), atol=0.03, rtol=0)
+
+
+def test_common_noise_gives_equal_options_equal_samples_and_keeps_each_options_distribution() -> None:
+    g = torch.Generator().manual_seed(3)
+    loc = torch.randn(2048, 1, 2, generator=g).expand(2048, K, 2)  # four equal options
+    scale = torch.full_like(loc, 0.5)
+    a, lp = om.tanh_normal_rsample(loc, scale, common_noise=True)
+    assert torch.equal(a, a[:, :1].expand_as(a)) and torch.equal(lp, lp[:, :1].expand_as(lp))
+    a_ind, _ = om.tanh_normal_rsample(loc, scale)
+    assert not torch.equal(a_ind[:, 0], a_ind[:, 1])
+    # Each option's marginal is unchanged: the same mean and spread as independent draws.
+    torch.testing.assert_close(a.mean((0, 1)), a_ind.mean((0, 1)), atol=0.03, rtol=0)
+    torch.testing.assert_close(a.std((0, 1)), a_ind.std((0, 1)), atol=0.03, rtol=0)
+    # One option: the same draw as without sharing.
+    one = loc[:, :1]
+    torch.manual_seed(4)
+    shared = om.tanh_normal_rsample(one, scale[:, :1], common_noise=True)
+    torch.manual_seed(4)
+    torch.testing.assert_close(shared, om.tanh_normal_rsample(one, scale[:, :1]))

@@ -245,7 +245,7 @@ class SACOptions(RLModule):
             q_omega, log_pi, _ = om.categorical_option_values(self.actor_net(obs), q, alpha)
             return q_omega, log_pi
         loc, scale = self.actor_net(obs)  # [B, K, A]
-        action, log_pi = om.tanh_normal_rsample(loc, scale)
+        action, log_pi = om.tanh_normal_rsample(loc, scale, common_noise=True)
         # Every option's sample through the critic's head of every option: keep the diagonal.
         q = critic(self._expand(obs), action, detach=detach).diagonal(dim1=-2, dim2=-1).min(0)[0]
         return q - alpha * log_pi, log_pi
