@@ -1,18 +1,25 @@
 """SAC and discrete SAC update invariants: critic fixed point, gradient signs, temperature direction,
-target critics moved only by the Polyak rule, n-step discounting, batched and deterministic acting."""
+target critics moved only by the Polyak rule, n-step discounting, batched and deterministic acting; and
+prioritized n-step replay through the real data path (the pattern of ``tests/test_feedback.py``)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from cli_helpers import SMOKE, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
+from rl_lightning.cli import compose
+from rl_lightning.cli.run import build_run
+from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACT, N_ACTIONS, B = 3, 2, 4, 64
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
@@ -225,3 +232,119 @@ def test_state_dict_round_trip_keeps_the_same_keys_before_and_after_an_update():
     fresh.load_state_dict(m.state_dict())
     obs = TensorDict({"observation": torch.randn(5, OBS)}, [5])
     assert torch.equal(fresh.act_eval(obs.clone())["action"], m.act_eval(obs.clone())["action"])
+
+
+# ------------------------------------------------------------------ through the real data path
+class LastOutput(L.Callback):
+    """Keeps the last update's output and the replay's priorities right after it (after UpdateFeedback)."""
+
+    def __init__(self) -> None:
+        self.output = None
+        self.priorities_after = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.output = outputs.clone()
+        self.priorities_after = trainer.datamodule.replay.sampler._priority.clone()
+
+
+def fit_with_per_and_n_step(tmp_path: Path, experiment: str, gamma: float = 0.9):
+    """A short fit of ``experiment`` with prioritized 3-step replay through the real data module."""
+    cfg = compose(
+        [
+            f"+experiment={experiment}",
+            "logger=none",
+            "device=cpu",
+            "progress_bar=false",
+            "total_frames=600",
+            "collect.frames_per_batch=50",
+            "collect.warmup_frames=200",
+            "collect.updates_per_frame=0.25",
+            "replay.batch_size=32",
+            "replay.prioritized=true",
+            "replay.alpha=0.7",
+            "replay.n_step=3",
+            "algo.hidden_sizes=[32,32]",
+            f"algo.gamma={gamma}",
+            "eval.every_frames=0",
+            "eval.episodes=1",
+            f"run_dir={tmp_path / 'run'}",
+        ]
+    )
+    run = build_run(cfg)
+    recorder = LastOutput()
+    feedback = next(cb for cb in run.trainer.callbacks if isinstance(cb, UpdateFeedback))
+    run.trainer.callbacks.insert(run.trainer.callbacks.index(feedback) + 1, recorder)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    return run, recorder
+
+
+def check_per_and_n_step(run, recorder: LastOutput) -> None:
+    """The replay holds the priorities the last update returned, and 3-step windows that stop at ends."""
+    dm = run.datamodule
+    sampler = dm.replay.sampler
+    index, value = recorder.output["priority", "index"], recorder.output["priority", "value"]
+    assert index.shape == value.shape == (dm.replay_cfg.batch_size,)
+    # Rows drawn twice carry two TD errors (sampled target actions differ): compare rows drawn once.
+    once = (index.unsqueeze(0) == index.unsqueeze(1)).sum(0) == 1
+    torch.testing.assert_close(recorder.priorities_after[index[once]], (value[once] + sampler.eps) ** 0.7)
+    n = len(dm.replay)
+    assert recorder.priorities_after[:n].unique().numel() > 10  # feedback reached the buffer many times
+    stored = dm.replay.storage[:n]
+    steps = stored["steps_to_next_obs"].reshape(-1)
+    assert steps.min() >= 1 and steps.max() == 3
+    short = steps < 3  # a window shorter than 3 steps ends its episode
+    assert short.any() and stored["next", "done"].reshape(-1)[short].all()
+
+
+@pytest.mark.parametrize("experiment", ["sac_pendulum", "sac_discrete_cartpole"])
+def test_per_and_n_step_through_the_real_replay(tmp_path: Path, experiment: str) -> None:
+    gamma = 0.9
+    run, recorder = fit_with_per_and_n_step(tmp_path, experiment, gamma)
+    check_per_and_n_step(run, recorder)
+    if experiment == "sac_discrete_cartpole":  # CartPole pays 1 per step: m steps return 1 + g + ...
+        stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+        steps = stored["steps_to_next_obs"].reshape(-1).float()
+        torch.testing.assert_close(stored["next", "reward"].reshape(-1), (1 - gamma**steps) / (1 - gamma))
+
+
+# ------------------------------------------------------------------ through the CLI: MLflow metrics, resume
+FAMILY = {
+    "sac_pendulum": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
+    "sac_discrete_cartpole": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
+    "sac_hockey": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
+    "td3_pendulum": {"loss_qvalue", "loss_actor", "q_mean"},
+    "ddpg_pendulum": {"loss_qvalue", "loss_actor", "q_mean"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", sorted(FAMILY))
+def test_fit_logs_the_losses_against_frames_and_resumes(tmp_path: Path, experiment: str) -> None:
+    args = (
+        "fit", f"+experiment={experiment}", "device=cpu", *SMOKE, "log_every_n_updates=10",
+        "algo.hidden_sizes=[32,32]", "replay.batch_size=32", "collect.frames_per_batch=20",
+        "collect.warmup_frames=100", "collect.updates_per_frame=0.5", "checkpoint.every_frames=100",
+        "env.eval_num_envs=2",
+    )  # fmt: skip
+    first = run_cli(tmp_path, *args, "total_frames=300")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (last,) = tmp_path.glob(f"runs/{experiment}/*/checkpoints/last.ckpt")
+    saved = torch.load(last, weights_only=True)
+    second = run_cli(tmp_path, *args, "total_frames=500", "ckpt_path=last")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming from" in second.stdout
+    resumed = torch.load(last, weights_only=True)
+    dm0, dm1 = (next(v for k, v in c.items() if k.endswith("RLDataModule")) for c in (saved, resumed))
+    assert dm0["frames"] == 300 and dm1["frames"] == 500 and dm1["updates"] > dm0["updates"]
+    # Optimizers and the update schedule came back and carried on: Adam's critic step count and TD3's
+    # actor-schedule counter continue from the saved ones to the data path's update count.
+    critic_steps = [float(s["step"]) for s in resumed["optimizer_states"][1]["state"].values()]
+    assert critic_steps and all(s == dm1["updates"] for s in critic_steps)
+    if experiment.startswith(("td3", "ddpg")):
+        assert saved["actor_critic_updates"] == dm0["updates"]
+        assert resumed["actor_critic_updates"] == dm1["updates"]
+    (run,) = mlflow_runs(tmp_path)  # one MLflow run, continued, with the losses against frames
+    client = mlflow_client(tmp_path)
+    for key in FAMILY[experiment]:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, f"train/{key}")]
+        assert steps and max(steps) <= 500 and any(s > 300 for s in steps), key

@@ -1,11 +1,13 @@
 """TD3 and DDPG update invariants: hand-computed targets (clipped smoothing noise, clipped double Q,
-n-step discount), the delayed actor and target schedule, Polyak targets, acting and PER feedback."""
+n-step discount), the delayed actor and target schedule, Polyak targets, acting and PER feedback; and
+prioritized n-step replay through the real data path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from tensordict import TensorDict
+from test_sac import check_per_and_n_step, fit_with_per_and_n_step
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
@@ -136,7 +138,7 @@ def test_actor_and_targets_move_only_every_policy_delay_updates_and_by_polyak(cl
         actor0, critic0 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets0 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
         out = m.training_step(batch(i), i)
-        assert set(out.keys()) == {"loss_qvalue", "loss_actor", "q_value"}
+        assert set(out.keys()) == {"loss_qvalue", "loss_actor", "q_mean"}
         actor1, critic1 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets1 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
         assert all(not torch.equal(a, b) for a, b in zip(critic0, critic1))  # the critic, every update
@@ -229,3 +231,9 @@ def test_rejects_discrete_actions_and_bad_values():
         TD3(obs, Categorical(3, shape=(1,)))
     with pytest.raises(ValueError, match="policy_delay"):
         make(policy_delay=0)
+
+
+@pytest.mark.parametrize("experiment", ["td3_pendulum", "ddpg_pendulum"])
+def test_per_and_n_step_through_the_real_replay(tmp_path, experiment: str) -> None:
+    run, recorder = fit_with_per_and_n_step(tmp_path, experiment)
+    check_per_and_n_step(run, recorder)

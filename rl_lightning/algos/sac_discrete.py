@@ -4,9 +4,11 @@ The losses are TorchRL's ``DiscreteSACLoss``: a categorical actor and twin criti
 Q-value per action (vmapped as one ensemble), so the soft state value, the actor loss and the entropy are
 exact expectations over the actions instead of samples; MSE critic loss (``loss_function="l2"``), TD(0)
 targets (``gamma ** steps_to_next_obs`` with n-step replay), Polyak target critics. The temperature is
-tuned towards ``target_entropy_scale * log(n_actions)``: the paper's 0.98 keeps the policy close to
-uniform (with two actions, 41/59 at best), which the temperature then enforces; CleanRL's discrete SAC
-uses 0.89, and a lower scale lets a policy for CartPole become nearly deterministic.
+tuned towards ``target_entropy_scale * log(n_actions)``: the paper's scale is 0.98, CleanRL's 0.89 (the
+default here). On CartPole a high target is what works: the exploring policy keeps visiting states away
+from balance (the cart running towards the edge of the track), so the critics learn what they lead to and
+the greedy policy avoids them; with scales of 0.1 to 0.5 our runs settled at returns of 180 to 300, every
+episode ending with the cart leaving the track.
 """
 
 from __future__ import annotations

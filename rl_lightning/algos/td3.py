@@ -181,7 +181,7 @@ class DeterministicActorCritic(RLModule):
         :data:`CRITIC_ONLY`, one actor step and a Polyak update of every target network.
 
         Returns:
-            ``loss_qvalue``, ``loss_actor`` (the latest actor step's), ``q_value`` (mean predicted Q),
+            ``loss_qvalue``, ``loss_actor`` (the latest actor step's), ``q_mean`` (mean predicted Q),
             ``grad_norm_qvalue``/``grad_norm_actor`` when clipping, and, for a prioritized sample, the new
             priorities ``|TD error|`` under ``"priority"``.
         """
@@ -192,7 +192,7 @@ class DeterministicActorCritic(RLModule):
         opt_critic.zero_grad(set_to_none=False)
         self.backward_loss(loss_q)
         clip = self.hparams.grad_clip
-        metrics = {"loss_qvalue": loss_q.detach(), "q_value": q_value.detach()}
+        metrics = {"loss_qvalue": loss_q.detach(), "q_mean": q_value.detach()}
         if clip is not None:
             metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], clip).detach()
         opt_critic.step()
