@@ -131,7 +131,7 @@ class SACOptions(RLModule):
         num_qvalue_nets: int = 2,
         grad_clip: float | None = None,
         num_envs: int = 1,
-        usage_window: int = 1000,
+        usage_window: int = 10000,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         self._check(locals())
