@@ -7,8 +7,8 @@ targets (``gamma ** steps_to_next_obs`` with n-step replay), Polyak target criti
 tuned towards ``target_entropy_scale * log(n_actions)``: the paper's scale is 0.98, CleanRL's 0.89 (the
 default here). On CartPole a high target is what works: the exploring policy keeps visiting states away
 from balance (the cart running towards the edge of the track), so the critics learn what they lead to and
-the greedy policy avoids them; with scales of 0.1 to 0.5 our runs settled at returns of 180 to 300, every
-episode ending with the cart leaving the track.
+the greedy policy avoids them; with scales of 0.1 to 0.5 our runs settled at returns of 180 to 300, most
+episodes ending with the cart leaving the track.
 """
 
 from __future__ import annotations
