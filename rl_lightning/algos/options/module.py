@@ -50,9 +50,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import ActionScaler, PerEnvState, episode_start, polyak_update
 from rl_lightning.algos.options import math as om
+from rl_lightning.algos.options.checks import check_arguments
 from rl_lightning.algos.options.stats import OptionUsage
 from rl_lightning.nn.layers import Ensemble
 from rl_lightning.nn.options import (
@@ -67,7 +68,6 @@ __all__ = ["OPTION_AGE_KEY", "OPTION_KEY", "SACOptions"]
 
 #: Keys ``act`` writes and the replay stores: the option that acted and its age (1 on its first step).
 OPTION_KEY, OPTION_AGE_KEY = "option", "option_age"
-TERMINATIONS = ("learned", "never")
 
 
 def _reduce(x: Tensor, weights: Tensor | None) -> Tensor:
@@ -134,7 +134,7 @@ class SACOptions(RLModule):
         usage_window: int = 10000,
     ) -> None:
         super().__init__(observation_spec, action_spec)
-        self._check(locals())
+        check_arguments(locals())
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
         self.discrete = isinstance(action_spec, Categorical)
         self.num_options = k = num_options
@@ -167,39 +167,6 @@ class SACOptions(RLModule):
         # Evaluation's per-env state, by number of envs; outside the module tree (and checkpoints): every
         # evaluation starts its episodes at step 0, where the state is reset anyway.
         self._eval_state: dict[int, tuple[Tensor, Tensor]] = {}
-
-    @staticmethod
-    def _check(args: dict) -> None:
-        if args["num_options"] < 1:
-            raise ValueError(f"algo.num_options={args['num_options']} must be >= 1.")
-        if not 0.0 < args["gamma"] <= 1.0:
-            raise ValueError(f"algo.gamma={args['gamma']} must lie in (0, 1].")
-        if not 0.0 < args["tau"] <= 1.0:
-            raise ValueError(f"algo.tau={args['tau']} must lie in (0, 1].")
-        if args["alpha_init"] <= 0:
-            raise ValueError(f"algo.alpha_init={args['alpha_init']} must be > 0.")
-        if args["option_policy"] not in om.OPTION_POLICIES:
-            raise ValueError(
-                f"algo.option_policy={args['option_policy']!r}: use one of {om.OPTION_POLICIES}."
-            )
-        if args["option_temperature"] <= 0:
-            raise ValueError(f"algo.option_temperature={args['option_temperature']} must be > 0.")
-        if not 0.0 <= args["option_epsilon"] <= 1.0:
-            raise ValueError(f"algo.option_epsilon={args['option_epsilon']} must lie in [0, 1].")
-        if args["terminations"] not in TERMINATIONS:
-            raise ValueError(f"algo.terminations={args['terminations']!r}: use one of {TERMINATIONS}.")
-        if args["num_qvalue_nets"] < 1:
-            raise ValueError(f"algo.num_qvalue_nets={args['num_qvalue_nets']} must be >= 1.")
-        if args["grad_clip"] is not None and args["grad_clip"] <= 0:
-            raise ValueError(f"algo.grad_clip={args['grad_clip']} must be > 0 or null (no clipping).")
-        if args["num_envs"] < 1:
-            raise ValueError(f"algo.num_envs={args['num_envs']} must be >= 1.")
-        obs = args["observation_spec"]["observation"].shape[1:]
-        if len(obs) != 1:
-            raise IncompatibleEnvError(
-                f"SAC with options takes vector observations, got shape {tuple(obs)}; "
-                "flatten the observation with a gymnasium wrapper."
-            )
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
