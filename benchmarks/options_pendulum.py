@@ -60,7 +60,14 @@ def option_summary(client: mlflow.MlflowClient, run_id: str) -> dict:
     beta = history(client, run_id, "options/termination_prob")
     entropy_high = history(client, run_id, "options/entropy_high")
     usage_min = usage.get("usage_min", [])
+    beta_keys = sorted(
+        k for k in client.get_run(run_id).data.metrics if k.startswith("options/termination_prob_")
+    )
+    beta_per_option = {k.removeprefix("options/"): history(client, run_id, k) for k in beta_keys}
     return {
+        # An option whose beta ends near 1 is stopped at once whenever it is picked (a low usage learned
+        # by the terminations); near 0 it runs until the episode ends.
+        "termination_prob_final_per_option": {k: v[-1][1] for k, v in beta_per_option.items()},
         "usage_final": {k: v[-1][1] for k, v in per_option.items()},
         "usage_max_over_run": {k: max(x for _, x in v) for k, v in per_option.items()},
         "options_always_below_5pct": [k for k, v in per_option.items() if max(x for _, x in v) < USAGE_FLOOR],

@@ -35,7 +35,8 @@ terminates when ``β > 1/2``, the new one is ``argmax_ω min_i Q_i(s,ω,tanh(μ_
 
 Metrics (``update``): SAC's ``loss_qvalue``, ``loss_actor``, ``loss_alpha``, ``alpha``, ``entropy``, with
 ``loss_termination``, and under ``options/``: ``usage_<k>``, ``usage_min``, ``duration_mean`` (acting
-window), ``termination_prob`` (``β(s',ω)`` of the replayed option), ``entropy_high`` (of ``π_Ω``) and
+window), ``termination_prob`` (``β(s',ω)`` of the replayed option), ``termination_prob_<k>`` (option
+``k``'s ``β`` on the batch's next states), ``entropy_high`` (of ``π_Ω``) and
 ``entropy_low`` (of the intra-option policies).
 """
 
@@ -394,6 +395,10 @@ class SACOptions(RLModule):
             metrics.update(self.usage.summary())
             w = counted.float()
             metrics["options/termination_prob"] = (beta_taken.detach() * w).sum() / w.sum().clamp_min(1.0)
+            # Each option's termination probability on the batch's next states: which options the
+            # terminations keep running and which they stop at once.
+            for k, beta_k in enumerate(beta_next.detach().mean(0).unbind()):
+                metrics[f"options/termination_prob_{k}"] = beta_k
             metrics["options/entropy_high"] = -(probs_next * probs_next.clamp_min(1e-30).log()).sum(-1).mean()
             metrics["options/entropy_low"] = metrics["entropy"]
         return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
