@@ -105,7 +105,14 @@ def main() -> None:
             runs[name].append(run_one(name, seed, args))
             brief = {k: runs[name][-1][k] for k in ("seed", "wall_s", f"last_ckpt_{args.episodes}_games")}
             print(name, json.dumps(brief), flush=True)
-    result = {
+            # Written after every run: a long comparison cut short still leaves its finished runs.
+            print(write("sac_options_hockey", summarize(runs, args)))
+
+
+def summarize(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
+    done = {name: r for name, r in runs.items() if r}
+    return {
+        "complete": all(len(r) == len(args.seeds) for r in runs.values()),
         "budget": {
             "frames": args.frames,
             "envs": 4,
@@ -113,13 +120,12 @@ def main() -> None:
             "note": "each experiment's own recipe (4 envs, 0.5 updates per frame, batch 256) cut to the "
             "frame budget a 2-core shared CPU affords; sac_hockey's own budget is 200k frames",
         },
-        "mean_last_ckpt": {name: mean_outcomes(r, args.episodes) for name, r in runs.items()},
-        "wall_s_mean": {name: sum(x["wall_s"] for x in r) / len(r) for name, r in runs.items()},
+        "mean_last_ckpt": {name: mean_outcomes(r, args.episodes) for name, r in done.items()},
+        "wall_s_mean": {name: sum(x["wall_s"] for x in r) / len(r) for name, r in done.items()},
         "note": "CPU runs one after another on a 2-core machine shared with other jobs "
         "(see machine.load_avg_1m).",
         "runs": runs,
     }
-    print(write("sac_options_hockey", result))
 
 
 if __name__ == "__main__":
