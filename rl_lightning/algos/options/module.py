@@ -201,18 +201,21 @@ class SACOptions(RLModule):
         return obs.unsqueeze(-2).expand(*obs.shape[:-1], self.num_options, obs.shape[-1])
 
     def _soft_values(
-        self, obs: Tensor, critic: Ensemble, detach: bool, alpha: Tensor
+        self, obs: Tensor, critic: Ensemble, detach: bool, alpha: Tensor, policy: Tensor | tuple | None = None
     ) -> tuple[Tensor, Tensor]:
         """Sampled (continuous) or exact (discrete) ``min_i Q_i - α log π`` for every option.
+
+        ``policy`` is ``actor_net(obs)`` when the caller has it already.
 
         Returns:
             ``Q_Ω(s, ·) [B, K]`` and ``log π`` of the sample (``E_π[log π]`` when discrete) ``[B, K]``.
         """
         if self.discrete:
             q = critic(obs, detach=detach).min(0)[0]  # [B, K, n]
-            q_omega, log_pi, _ = om.categorical_option_values(self.actor_net(obs), q, alpha)
+            logits = self.actor_net(obs) if policy is None else policy
+            q_omega, log_pi, _ = om.categorical_option_values(logits, q, alpha)
             return q_omega, log_pi
-        loc, scale = self.actor_net(obs)  # [B, K, A]
+        loc, scale = self.actor_net(obs) if policy is None else policy  # [B, K, A]
         action, log_pi = om.tanh_normal_rsample(loc, scale, common_noise=True)
         # Every option's sample through the critic's head of every option: keep the diagonal.
         q = critic(self._expand(obs), action, detach=detach).diagonal(dim1=-2, dim2=-1).min(0)[0]
@@ -248,7 +251,8 @@ class SACOptions(RLModule):
             self.age.reset(start)
         prev = self.active.value
         beta_prev = self._termination_probs(obs).gather(-1, prev.unsqueeze(-1)).squeeze(-1)
-        q_omega, _ = self._soft_values(obs, self.critic, detach=False, alpha=self._alpha())
+        policy = self.actor_net(obs)
+        q_omega, _ = self._soft_values(obs, self.critic, detach=False, alpha=self._alpha(), policy=policy)
         hp = self.hparams
         option, age, started = om.select_options(
             prev,
@@ -260,11 +264,11 @@ class SACOptions(RLModule):
             hp.option_epsilon,
         )
         if self.discrete:
-            logits = self.actor_net(obs).gather(1, option.view(n, 1, 1).expand(n, 1, self.n_actions))
+            logits = policy.gather(1, option.view(n, 1, 1).expand(n, 1, self.n_actions))
             gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_min(1e-20)))
             td.set("action", (logits + gumbel).argmax(-1).reshape(n))
         else:
-            loc, scale = self.actor_net(obs)
+            loc, scale = policy
             idx = option.view(n, 1, 1).expand(n, 1, loc.shape[-1])
             loc, scale = loc.gather(1, idx).squeeze(1), scale.gather(1, idx).squeeze(1)
             td.set("action", self.actions.to_env(torch.tanh(loc + scale * torch.randn_like(loc))))
