@@ -126,6 +126,9 @@ class RLModule(L.LightningModule, ABC):
 
     hot_paths: tuple[str, ...] = ("update", "act")
     cuda_graph_safe: tuple[str, ...] = ()
+    #: Under DDP: some parameters get no gradient in some backward pass of ``update`` (several losses with
+    #: their own optimizers, a critic-only step), so DDP must look for unused parameters.
+    ddp_find_unused_parameters: bool = False
     #: State-dict names of older versions -> today's (checkpoints written before a rename still load).
     legacy_state_keys: ClassVar[dict[str, str]] = {}
 
@@ -211,6 +214,14 @@ class RLModule(L.LightningModule, ABC):
         if not isinstance(lr, torch.Tensor) and kwargs.get("capturable"):
             lr = torch.tensor(lr)
         return torch.optim.Adam(params, lr=lr, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process (a collector's worker) gets the class's hot paths: the optimization
+        # callbacks' wrappers (compiled functions, CUDA graphs) belong to this process.
+        state = super().__getstate__()
+        for name in self.hot_paths:
+            state.pop(name, None)
+        return state
 
     # ------------------------------------------------------------------ Lightning hooks
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

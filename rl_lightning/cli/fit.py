@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.errors import USER_ERRORS
-from rl_lightning.cli.run import Run, build_run, container
+from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
 from rl_lightning.data.replay import resolve_device
 
 __all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
@@ -127,23 +127,30 @@ def fit(cfg: DictConfig) -> Run:
     KILLED, and FINISHED again when a resume completes); the command then raises ``KeyboardInterrupt``.
     """
     run = build_run(cfg)
+    main_rank = run.trainer.is_global_zero  # the other ranks of a DDP run train and save, and say nothing
     algo = type(run.module).__name__
     device = resolve_device(cfg.device)
-    print(
-        f"fit {cfg.name}: {algo} on {run.datamodule.env_cfg.id}, {cfg.total_frames} frames, seed {cfg.seed}, "
-        f"{device.type} -> {_shown(run.run_dir)}"
-    )
-    if cfg.get("cpu_variant") and device.type == "cpu":
+    ranks = run.trainer.world_size
+    if main_rank:
         print(
-            f"note: {cfg.name} is sized for a GPU and runs slowly on a CPU; "
-            f"+experiment={cfg.cpu_variant} is the CPU-sized variant."
+            f"fit {cfg.name}: {algo} on {run.datamodule.env_cfg.id}, {cfg.total_frames} frames, seed "
+            f"{cfg.seed}, {device.type}{f' x {ranks} ranks' if ranks > 1 else ''} -> {_shown(run.run_dir)}"
         )
+        if cfg.get("cpu_variant") and device.type == "cpu":
+            print(
+                f"note: {cfg.name} is sized for a GPU and runs slowly on a CPU; "
+                f"+experiment={cfg.cpu_variant} is the CPU-sized variant."
+            )
     new_run = run.ckpt_path is None
     created = new_run and not run.run_dir.exists()
-    if new_run:
-        _record_config(run)
-    else:
-        print(f"resuming from {_shown(Path(run.ckpt_path))}")
+    if main_rank:
+        if new_run:
+            _record_config(run)
+        else:
+            print(f"resuming from {_shown(Path(run.ckpt_path))}")
+    if ranks > 1:
+        # The ranks Lightning launches compose the config again (a new ${now}): they take this run directory.
+        os.environ[RUN_DIR_ENV] = str(run.run_dir)
     start = time.perf_counter()
     try:
         run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
@@ -151,18 +158,20 @@ def fit(cfg: DictConfig) -> Run:
         # A second Ctrl-C: Lightning saved what it could (on_exception) and exits, leaving Ctrl-C ignored.
         if run.trainer.interrupted:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            where = _shown(run.checkpoint.dirpath)
-            print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
-            if run.logger is not None:
-                _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
+            if main_rank:
+                where = _shown(run.checkpoint.dirpath)
+                print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
+                if run.logger is not None:
+                    _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
             raise KeyboardInterrupt from None
         raise
     except USER_ERRORS:
-        if created and not run.checkpoint.last_path.is_file():
+        if main_rank and created and not run.checkpoint.last_path.is_file():
             _discard(run)
         raise
-    summary = _report(run, time.perf_counter() - start, run.datamodule.resumed_frames, run.stop.requested)
-    print(json.dumps(summary))
+    if main_rank:
+        summary = _report(run, time.perf_counter() - start, run.datamodule.resumed_frames, run.stop.requested)
+        print(json.dumps(summary))
     if run.stop.requested:
         raise KeyboardInterrupt
     return run

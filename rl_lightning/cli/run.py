@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,10 @@ from rl_lightning.training.progress import FramesProgressBar
 from rl_lightning.training.safe_load import check_replay_dir, load_checkpoint
 from rl_lightning.training.video import check_video_format
 
-__all__ = ["Run", "build_module", "build_run", "container", "env_config", "make_logger"]
+#: Environment variable through which rank 0 of a DDP run tells the ranks it launches its run directory.
+RUN_DIR_ENV = "RL_LIGHTNING_RUN_DIR"
+
+__all__ = ["RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger"]
 
 
 def container(node: Any) -> Any:
@@ -177,6 +181,35 @@ def _callbacks(
     return callbacks
 
 
+def _strategy(name: Any, module: RLModule) -> Any:
+    """``trainer.strategy``: ``ddp`` becomes Lightning's DDP strategy set for this algorithm, others pass.
+
+    ``find_unused_parameters`` only where the algorithm needs it (several backward passes per update that
+    each leave some parameters without a gradient: TD-MPC2's two losses, TD3's critic-only steps), and no
+    buffer broadcast: buffers (frame counters, target networks moved by identical Polyak steps) are the
+    same on every rank already, and broadcasting them every update costs a collective.
+    """
+    if name != "ddp":
+        return name
+    import inspect
+
+    from lightning.pytorch.strategies import DDPStrategy
+    from torch.nn.parallel import DistributedDataParallel
+
+    # torch 2.13 renamed the option (the GPU image's 2.11 has only the old name).
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    no_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
+    return DDPStrategy(find_unused_parameters=module.ddp_find_unused_parameters, **no_sync)
+
+
+def _shared_run_dir(run_dir: Path) -> Path:
+    """The run directory of the whole DDP run: rank 0 names it, the ranks it launches read it back."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    shared = os.environ.get(RUN_DIR_ENV)
+    return Path(shared) if shared and rank_zero_only.rank != 0 else run_dir
+
+
 def build_run(cfg: DictConfig) -> Run:
     """Builds module, data module, trainer and logger from the composed config.
 
@@ -187,6 +220,7 @@ def build_run(cfg: DictConfig) -> Run:
     apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt = _resolve_resume(cfg)
+    run_dir = _shared_run_dir(run_dir)
     env_cfg = env_config(cfg)
     device = resolve_device(cfg.device)
     module = build_module(cfg, env_cfg)
@@ -198,9 +232,11 @@ def build_run(cfg: DictConfig) -> Run:
         seed=cfg.seed,
         algorithm=type(module).__name__,
     )
+    stop = StopOnInterrupt()
+    datamodule.stop_request = lambda: stop.requested
     if ckpt is not None:
         # Both are checked before Lightning restores them: a shared file must not run code.
-        load_checkpoint(ckpt)
+        load_checkpoint(ckpt, check_config=False)  # the run's config is this command's, not the stored one
         check_replay_dir(replay_path(ckpt))
         datamodule.resume_replay_from = str(replay_path(ckpt))
     checkpoint = FrameCheckpoint(
@@ -209,17 +245,17 @@ def build_run(cfg: DictConfig) -> Run:
         monitor=cfg.checkpoint.monitor,
         mode=cfg.checkpoint.mode,
     )
-    stop = StopOnInterrupt()
     logger = make_logger(cfg, run_dir)
+    trainer_kwargs = container(cfg.trainer)
+    trainer_kwargs["strategy"] = _strategy(trainer_kwargs.get("strategy", "auto"), module)
     trainer = L.Trainer(
         accelerator=device.type,
-        devices=1,
         max_epochs=-1,
         num_sanity_val_steps=0,
         logger=logger if logger is not None else False,
         callbacks=_callbacks(cfg, env_cfg, checkpoint, stop, run_dir),
         enable_progress_bar=bool(cfg.progress_bar),
         default_root_dir=str(run_dir),
-        **container(cfg.trainer),
+        **trainer_kwargs,
     )
     return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop)

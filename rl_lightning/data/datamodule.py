@@ -8,10 +8,12 @@ extends the replay buffer and, once the warm-up frames are in, yields samples. T
 
 from __future__ import annotations
 
+import functools
+import math
 import random
 import shutil
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import lightning as L
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torchrl.collectors import Collector
+from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.nstep import NStepReturns
@@ -36,6 +38,9 @@ from rl_lightning.envs.factory import EnvConfig, make_env
 
 __all__ = ["CollectConfig", "ExperienceStream", "RLDataModule"]
 
+#: Seed offset between ranks (their envs and exploration noise); larger than any frame count of a run.
+_RANK_SEED_STRIDE = 1_000_003
+
 
 @dataclass
 class CollectConfig:
@@ -46,10 +51,14 @@ class CollectConfig:
     warmup_frames: int = 1_000
     updates_per_frame: float = 1.0
     warmup_burst: bool = False
+    workers: int = 0
+    sync_workers: bool = True
 
     def __post_init__(self) -> None:
         if self.total_frames < 1 or self.frames_per_batch < 1:
             raise ValueError("total_frames and collect.frames_per_batch must be positive.")
+        if self.workers < 0:
+            raise ValueError(f"collect.workers={self.workers} must be >= 0 (0: collect in this process).")
         if self.updates_per_frame <= 0:
             raise ValueError("collect.updates_per_frame must be > 0 (for example 0.25 or 1).")
         if self.warmup_frames < 0:
@@ -76,6 +85,22 @@ class _Policy:
         return self.module.act(td)
 
 
+class _WorkerPolicy(torch.nn.Module):
+    """The module as the policy of worker processes: each worker acts with its own copy (``module.act``).
+
+    TorchRL sends it to the workers and keeps their copies' weights in step with this one when the stream
+    calls ``update_policy_weights_()``. The optimization callbacks' wrappers of ``act`` stay in this
+    process (``RLModule.__getstate__`` leaves them out).
+    """
+
+    def __init__(self, module: L.LightningModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        return self.module.act(td)
+
+
 class ExperienceStream:
     """Iterable over training batches; owned by :class:`RLDataModule` (see the module docstring)."""
 
@@ -86,30 +111,35 @@ class ExperienceStream:
         dm = self.dm
         cfg = dm.collect
         trainer = dm.trainer
-        collector = dm.make_collector()
+        collector = dm.collector = dm.make_collector()
         try:
             it = iter(collector)
             while True:
                 # Updates granted but not yet done (also those owed when a checkpoint was taken).
                 while dm.owed_updates > 0:
-                    if trainer.should_stop:  # a stop request (Ctrl-C, a callback) between updates
+                    if dm.stop_now(False):  # a stop request (Ctrl-C, a callback) between updates
+                        trainer.should_stop = True
                         return
                     dm.owed_updates -= 1
                     dm.updates += 1
                     yield dm.replay.sample()
-                if dm.frames >= cfg.total_frames:
-                    # The budget is in frames: end this epoch and the fit (max_epochs is unbounded so
-                    # that a finished run resumed with a larger total_frames continues).
+                # The budget is in frames: it ends this epoch and the fit (max_epochs is unbounded so that a
+                # finished run resumed with a larger total_frames continues). A stop request is checked
+                # between collections too: the warm-up yields no updates.
+                if dm.stop_now(dm.frames >= cfg.total_frames):
                     trainer.should_stop = True
                     return
-                if trainer.should_stop:  # ... or between collections (the warm-up yields no updates)
-                    return
-                batch = dm.trim_to_budget(next(it))
+                if cfg.workers:
+                    collector.update_policy_weights_()
+                batch = next(it)
+                if batch.batch_dims > 2:  # [workers, envs, T] -> [workers * envs, T]
+                    batch = batch.reshape(-1, batch.shape[-1])
+                batch = dm.trim_to_budget(batch)
                 dm.add_frames(batch)
                 if dm.frames >= cfg.warmup_frames:
                     dm.owed_updates += dm.updates_due(batch.numel())
         finally:
-            collector.shutdown()
+            dm.close_collector()
 
 
 class RLDataModule(L.LightningDataModule):
@@ -131,6 +161,14 @@ class RLDataModule(L.LightningDataModule):
     Resumable state (``state_dict``): the frame and update counters, episode statistics and the global
     RNG states. The replay buffer is saved beside the checkpoint by the checkpoint callback
     (``<ckpt>.replay/``) rather than inside it, so a large buffer is not copied into every checkpoint.
+
+    Data-parallel runs (DDP, ``world_size`` ranks): every rank owns its envs (seeded apart), its collector
+    and its replay shard, saved as ``<ckpt>.replay/rank_<r>/`` with the rank's own RNG and episode state.
+    ``frames`` counts the frames of all ranks (the ranks collect in lockstep, so it is the local count
+    times ``world_size``); ``total_frames`` and ``warmup_frames`` are global, ``updates_per_frame`` is per
+    rank (an update averages the gradients of ``world_size`` batches, so the replay ratio, samples drawn
+    per frame collected, is the single-process one). Every stop decision is collective, so the ranks
+    always stop after the same update.
     """
 
     def __init__(
@@ -160,11 +198,45 @@ class RLDataModule(L.LightningDataModule):
         self._pending_episodes: list[tuple[float, int]] = []
         self.resume_replay_from: str | None = None
         self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
+        #: Returns True when a stop was requested (Ctrl-C); set by whoever runs the fit.
+        self.stop_request: Callable[[], bool] | None = None
+        self.rank = 0
+        self.world_size = 1
+        self.collector: Any = None
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, stage: str) -> None:
+        if self.trainer is not None:
+            self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+        if self.world_size > 1:
+            # The module is the same on every rank (DDP broadcasts it); exploration must not be.
+            seed = self.seed + _RANK_SEED_STRIDE * self.rank
+            torch.manual_seed(seed)
+            np.random.seed(seed % 2**32)
+            random.seed(seed)
         if self.replay is None:
             self.replay = make_replay_buffer(self.replay_cfg, interleaved=self.env_cfg.num_envs > 1)
+
+    def teardown(self, stage: str) -> None:
+        # Also after an exception: worker processes must not outlive the fit (nor the interpreter's exit).
+        self.close_collector()
+
+    def close_collector(self) -> None:
+        """Shuts the collector (and its worker processes) down; idempotent."""
+        collector, self.collector = self.collector, None
+        if collector is not None:
+            collector.shutdown()
+
+    def stop_now(self, local: bool) -> bool:
+        """Whether to stop now: ``local``, a stop request or ``trainer.should_stop`` on any rank.
+
+        With several ranks this is a collective (every rank calls it at the same points of the stream).
+        """
+        requested = self.stop_request is not None and self.stop_request()
+        local = bool(local or requested or self.trainer.should_stop)
+        if self.world_size > 1:
+            return bool(self.trainer.strategy.reduce_boolean_decision(local, all=False))
+        return local
 
     def train_dataloader(self) -> ExperienceStream:
         return ExperienceStream(self)
@@ -194,59 +266,118 @@ class RLDataModule(L.LightningDataModule):
         self._update_credit = float(state["update_credit"])
         self._burst_done = bool(state["burst_done"])
         self.recent_returns.extend(state["recent_returns"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
-        random.setstate(state["rng"]["python"])
+        self._set_rng(state["rng"])
         if self.resume_replay_from is not None:
             self.load_replay(self.resume_replay_from)
 
     # ------------------------------------------------------------------ replay persistence
+    def _shard(self, path: Path) -> Path:
+        return path / f"rank_{self.rank}" if self.world_size > 1 else path
+
+    def _rank_state(self) -> dict[str, Any]:
+        """What differs between ranks: RNG streams and the episodes seen (saved beside the rank's shard)."""
+        state = self.state_dict()
+        return {k: state[k] for k in ("episodes", "recent_returns", "rng")}
+
     def save_replay(self, path: str | Path) -> None:
-        """Writes the replay buffer to the directory ``path`` (atomically replaced)."""
+        """Writes the replay buffer (this rank's shard) to the directory ``path`` (atomically replaced)."""
         if self.replay is None:
             return
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        target = self._shard(Path(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.replay.dumps(tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+        if self.world_size > 1:
+            torch.save(self._rank_state(), tmp / "rank_state.pt")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
 
     def load_replay(self, path: str | Path) -> None:
-        """Restores the replay buffer written by :meth:`save_replay`.
+        """Restores the replay buffer (this rank's shard, and its rank state) written by :meth:`save_replay`.
 
         Raises:
             FileNotFoundError: when the directory is missing (the checkpoint was saved without it).
             UnsafeFileError: the directory holds something loading would have to run (see
                 :func:`rl_lightning.data.safety.check_replay_dir`).
+            ValueError: the checkpoint was written by a different number of ranks.
         """
         path = Path(path)
         check_replay_dir(path)  # nothing of it is read before it passed
+        shards = sorted(p.name for p in path.glob("rank_*") if p.is_dir())
+        if len(shards) != (self.world_size if self.world_size > 1 else 0):
+            written = f"{len(shards)} ranks" if shards else "one process"
+            raise ValueError(
+                f"{path} was written by {written}; resume it with trainer.devices={max(1, len(shards))} "
+                f"(and as many nodes), not {self.world_size}."
+            )
+        shard = self._shard(path)
         if self.replay is None:
             self.replay = make_replay_buffer(self.replay_cfg, interleaved=self.env_cfg.num_envs > 1)
-        self.replay.loads(path)
+        self.replay.loads(shard)
+        if self.world_size > 1:
+            state = torch.load(shard / "rank_state.pt", weights_only=True)
+            self.episodes = int(state["episodes"])
+            self.recent_returns.clear()
+            self.recent_returns.extend(state["recent_returns"])
+            self._set_rng(state["rng"])
+
+    def _set_rng(self, rng: dict[str, Any]) -> None:
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(_numpy_state_from_plain(rng["numpy"]))
+        random.setstate(rng["python"])
 
     # ------------------------------------------------------------------ the stream's work
-    def make_collector(self) -> Collector:
-        """A TorchRL ``Collector`` over fresh training envs, acting with ``module.act``."""
+    def make_collector(self) -> Collector | MultiSyncCollector | MultiAsyncCollector:
+        """A TorchRL collector over fresh training envs, acting with ``module.act``.
+
+        ``collect.workers=0``: a ``Collector`` in this process (envs stepped here, ``env.vectorization``
+        decides how). ``collect.workers=W``: TorchRL's ``MultiSyncCollector`` (``sync_workers``, every
+        worker contributes to each batch) or ``MultiAsyncCollector`` (the first ready worker's batch) over
+        ``W`` processes that each step ``env.num_envs`` envs and act with their own copy of the module,
+        whose weights the stream refreshes before every collection.
+        """
         module = self.trainer.lightning_module
         if self.nstep is not None:
             self.nstep.reset()
         # A resumed run continues the seed sequence instead of replaying its first episodes.
-        env = make_env(self.env_cfg, seed=self.seed + self.frames)
+        seed = self.seed + _RANK_SEED_STRIDE * self.rank + self.frames
         storing = resolve_device(self.replay_cfg.device)
+        common = {
+            "total_frames": -1,
+            "init_random_frames": self._random_frames_left(),
+            "storing_device": storing,
+            "env_device": "cpu",
+            "policy_device": module.device,
+            "trust_policy": True,
+        }
+        workers = self.collect.workers
+        if workers:
+            # Each worker's envs get their own seeds: worker w steps envs seed + w * num_envs + i.
+            makers = [
+                functools.partial(make_env, self.env_cfg, None, seed + w * self.env_cfg.num_envs)
+                for w in range(workers)
+            ]
+            cls = MultiSyncCollector if self.collect.sync_workers else MultiAsyncCollector
+            per_worker = max(1, self.collect.frames_per_batch // workers)
+            per_batch = self.collect.frames_per_batch if cls is MultiSyncCollector else per_worker
+            # Every worker counts its own random warm-up frames: give each its share.
+            random_left = common.pop("init_random_frames") or 0
+            per_worker_random = math.ceil(random_left / workers)
+            random_share = math.ceil(per_worker_random / per_worker) * per_worker or None
+            return cls(
+                makers,
+                _WorkerPolicy(module),
+                frames_per_batch=per_batch,
+                init_random_frames=random_share,
+                **common,
+            )
         collector = Collector(
-            env,
+            make_env(self.env_cfg, seed=seed),
             _Policy(module),
             frames_per_batch=self.collect.frames_per_batch,
-            total_frames=-1,
-            init_random_frames=self._random_frames_left(),
-            policy_device=module.device,
-            env_device="cpu",
-            storing_device=storing,
-            trust_policy=True,
             track_traj_ids=self.replay_cfg.slice_len is not None,
+            **common,
         )
         next_id = self._next_traj_id()
         if next_id:
@@ -267,7 +398,7 @@ class RLDataModule(L.LightningDataModule):
 
     def _random_frames_left(self) -> int | None:
         # The collector rounds random frames up to whole collections; round here so it has no reason to warn.
-        left = max(0, self.collect.warmup_frames - self.frames)
+        left = -(-max(0, self.collect.warmup_frames - self.frames) // self.world_size)  # this rank's share
         fpb = self.collect.frames_per_batch
         return -(-left // fpb) * fpb or None
 
@@ -277,7 +408,7 @@ class RLDataModule(L.LightningDataModule):
         The run then ends at exactly ``total_frames`` frames when the number of envs divides it (else at
         the next multiple of it), whatever ``frames_per_batch``.
         """
-        left = self.collect.total_frames - self.frames
+        left = -(-(self.collect.total_frames - self.frames) // self.world_size)  # this rank's share
         if batch.numel() <= left:
             return batch
         n_envs = batch.shape[0] if batch.batch_dims > 1 else 1
@@ -303,7 +434,7 @@ class RLDataModule(L.LightningDataModule):
         if self.nstep is not None:
             batch = self.nstep(batch)
         self.replay.extend(batch.reshape(-1))
-        self.frames += done.numel()
+        self.frames += done.numel() * self.world_size  # the ranks collect in lockstep
         module = self.trainer.lightning_module
         if hasattr(module, "set_frames"):
             module.set_frames(self.frames)
@@ -314,7 +445,8 @@ class RLDataModule(L.LightningDataModule):
         if self.collect.warmup_burst and not self._burst_done:
             # TD-MPC2's seeding: one burst of as many updates as there were warm-up frames.
             self._burst_done = True
-            self._update_credit += self.collect.warmup_frames * self.collect.updates_per_frame
+            share = self.collect.warmup_frames / self.world_size  # this rank's warm-up frames
+            self._update_credit += share * self.collect.updates_per_frame
         n = int(self._update_credit)
         self._update_credit -= n
         return n

@@ -42,8 +42,9 @@ class FrameCheckpoint(Checkpoint):
     """Saves ``last.ckpt`` every ``every_frames`` frames and ``best.ckpt`` whenever an evaluation beats it.
 
     ``last.ckpt`` is written with the replay buffer beside it (``last.ckpt.replay/``, written first, so a
-    ``last`` checkpoint on disk always has its buffer) every ``every_frames`` environment frames, at the
-    end of training and on an exception. Resuming from it continues with the same buffer content.
+    ``last`` checkpoint on disk always has its buffer; with several ranks one shard per rank) every
+    ``every_frames`` environment frames, at the end of training and on an exception. Resuming from it
+    continues with the same buffer content.
 
     ``best.ckpt`` is written at the evaluation that produced a new best ``monitor`` value, so it holds
     exactly the weights that were evaluated: ``evaluate ckpt=best.ckpt`` with the evaluation's seed
@@ -102,7 +103,7 @@ class FrameCheckpoint(Checkpoint):
 
     # ------------------------------------------------------------------ writing
     def _write(self, trainer: L.Trainer, path: Path, with_replay: bool) -> None:
-        if with_replay and trainer.is_global_zero:
+        if with_replay:  # every rank writes its own shard (one process: the whole buffer)
             trainer.datamodule.save_replay(replay_path(path))
         tmp = path.with_name(path.name + ".tmp")
         trainer.save_checkpoint(tmp, weights_only=False)

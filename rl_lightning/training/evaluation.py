@@ -203,11 +203,17 @@ class EvalCallback(L.Callback):
 
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         frames = trainer.datamodule.frames
-        try:
-            stats = evaluate_variants(
-                pl_module, self.env, self.episodes, self.seed, self.variants, self.should_stop
-            )
-        except EvaluationStopped:
+        stats = None
+        if trainer.is_global_zero:  # one evaluation; every rank gets its result (best.ckpt is collective)
+            try:
+                stats = evaluate_variants(
+                    pl_module, self.env, self.episodes, self.seed, self.variants, self.should_stop
+                )
+            except EvaluationStopped:
+                stats = None
+        if trainer.world_size > 1:
+            stats = trainer.strategy.broadcast(stats, src=0)
+        if stats is None:
             return
         self.last = log_metrics(trainer, {f"eval/{k}": v for k, v in stats.items()}, frames)
         self._done_frames = frames

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from tensordict import TensorDictBase
 from typing_extensions import override
 
@@ -22,7 +23,8 @@ class UpdateFeedback(L.Callback):
     - Every ``log_every_n_updates`` updates the scalar metrics are logged as ``train/<name>`` (a name
       that has a ``/`` already, such as ``options/usage_min``, as it is; one host sync for all of
       them), with the data path's ``train/episodes``, ``train/episode_return`` and
-      ``train/episode_length`` (means over the episodes finished since the last log), against frames.
+      ``train/episode_length`` (means over the episodes finished since the last log, on every rank of a
+      data-parallel run), against frames.
       The episodes finished after the last interval are logged at the end of the epoch.
 
     The algorithm never sees the data module; the data module never sees the algorithm's losses.
@@ -58,23 +60,31 @@ class UpdateFeedback(L.Callback):
                 for k, v in outputs.items()
                 if k != PRIORITY_KEY and v.dim() == 0
             }
-            metrics.update(self._episode_metrics(dm))
+            metrics.update(self._episode_metrics(trainer, dm))
             log_metrics(trainer, metrics, dm.frames)
 
     @staticmethod
-    def _episode_metrics(dm: Any) -> dict[str, float]:
-        out: dict[str, float] = {"train/episodes": dm.episodes}
+    def _episode_metrics(trainer: L.Trainer, dm: Any) -> dict[str, float]:
+        """Episode statistics of the data path, summed over the ranks of a data-parallel run."""
         episodes = dm.pop_episodes()
-        if episodes:
-            out["train/episode_return"] = sum(r for r, _ in episodes) / len(episodes)
-            out["train/episode_length"] = sum(n for _, n in episodes) / len(episodes)
+        totals = torch.tensor(
+            [dm.episodes, len(episodes), sum(r for r, _ in episodes), sum(n for _, n in episodes)],
+            dtype=torch.float64,
+        )
+        if trainer.world_size > 1:  # every rank logs at the same update: a collective is safe here
+            totals = trainer.strategy.reduce(totals.to(trainer.strategy.root_device), reduce_op="sum").cpu()
+        total_episodes, count, returns, lengths = totals.tolist()
+        out: dict[str, float] = {"train/episodes": total_episodes}
+        if count:
+            out["train/episode_return"] = returns / count
+            out["train/episode_length"] = lengths / count
         return out
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
         if dm is not None and hasattr(dm, "pop_episodes"):
-            log_metrics(trainer, self._episode_metrics(dm), dm.frames)
+            log_metrics(trainer, self._episode_metrics(trainer, dm), dm.frames)
 
     @override
     def state_dict(self) -> dict[str, Any]:

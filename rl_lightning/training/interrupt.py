@@ -2,10 +2,11 @@
 
 A ``KeyboardInterrupt`` raised in arbitrary code can land inside a TensorDict context manager (TorchRL's
 losses use ``params.to_module(...)``), a replay-buffer write or a checkpoint write, and turn into a crash
-with nothing saved. Instead, while a fit runs, the first Ctrl-C only sets ``trainer.should_stop``: the
-experience stream checks it between collections and updates, Lightning checks it after every update,
-an evaluation in progress stops between env steps, and the checkpoint callback then writes ``last.ckpt``
-with its replay buffer as at the end of any run. A second Ctrl-C raises ``KeyboardInterrupt`` at once
+with nothing saved. Instead, while a fit runs, the first Ctrl-C only sets a flag: the experience stream
+reads it (through its ``stop_request``) between collections and updates and ends the epoch (with several
+ranks the decision is collective, so they all stop after the same update), an evaluation in progress stops
+between env steps, and the checkpoint callback then writes ``last.ckpt`` with its replay buffer as at the
+end of any run. A second Ctrl-C raises ``KeyboardInterrupt`` at once
 (the periodic checkpoints, written atomically, are still there).
 """
 
@@ -37,15 +38,16 @@ class StopOnInterrupt(L.Callback):
     def __init__(self, message: str = "stopping at the next safe point (Ctrl-C again to abort now)") -> None:
         self.message = message
         self.requested = False
-        self._trainer: L.Trainer | None = None
         self._previous: Any = None
         self._installed = False
 
     def request(self) -> None:
-        """Asks the run to stop at its next safe point (what the first Ctrl-C does)."""
+        """Asks the run to stop at its next safe point (what the first Ctrl-C does).
+
+        It does not set ``trainer.should_stop`` itself: a rank that ended its epoch alone would leave the
+        others waiting in their next collective.
+        """
         self.requested = True
-        if self._trainer is not None:
-            self._trainer.should_stop = True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
@@ -62,7 +64,6 @@ class StopOnInterrupt(L.Callback):
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._trainer = trainer
         self.requested = False
         # Signal handlers can only be set from the main thread; elsewhere Ctrl-C keeps its default. A process
         # that ignores Ctrl-C (started with nohup or `&` from a script) keeps ignoring it.
@@ -84,4 +85,3 @@ class StopOnInterrupt(L.Callback):
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._restore()
-        self._trainer = None

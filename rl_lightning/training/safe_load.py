@@ -54,8 +54,14 @@ class NotACheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, check_config: bool = True) -> dict[str, Any]:
     """Loads a checkpoint written by ``fit`` on the CPU, safely, migrated to :data:`FORMAT_VERSION`.
+
+    Args:
+        path: the checkpoint file.
+        check_config: check every ``_target_`` of the stored config (:func:`check_targets`); ``evaluate`` and
+            ``export`` rebuild the module from it. A resume builds everything from the command line's
+            config instead, so it loads the weights and states only.
 
     Raises:
         FileNotFoundError: no such file.
@@ -85,7 +91,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     meta = ckpt[CONFIG_KEY]
     meta["config"] = migrate_config(meta.get("config") or {}, int(meta.get("format", 1)), path)
     meta["format"] = FORMAT_VERSION
-    check_targets(meta["config"], str(path))
+    if check_config:
+        check_targets(meta["config"], str(path))
     return ckpt
 
 

@@ -101,6 +101,7 @@ class TDMPC2(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    ddp_find_unused_parameters = True  # the world-model and the policy losses touch disjoint parameters
     legacy_state_keys: ClassVar[dict[str, str]] = {
         "action_scale": "actions.scale",
         "action_bias": "actions.bias",

@@ -1,0 +1,79 @@
+"""Multi-process collection inside one process of the run: TorchRL's multi-collectors over workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from rl_lightning.cli import compose
+from rl_lightning.cli.run import build_run
+from rl_lightning.data.replay import TRAJ_KEY
+
+pytestmark = pytest.mark.slow
+
+
+class FlipGreedyAction(L.Callback):
+    """After update ``at``, makes action 1 the greedy one by far (it was action 0)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.frames_at_flip: int | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        if trainer.datamodule.updates == self.at:
+            with torch.no_grad():
+                last_linear(pl_module).bias.copy_(torch.tensor([-1000.0, 1000.0]))
+            self.frames_at_flip = trainer.datamodule.frames
+
+
+def last_linear(module) -> torch.nn.Linear:
+    return [m for m in module.qnet.modules() if isinstance(m, torch.nn.Linear)][-1]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_workers_act_with_the_weights_of_the_module(sync: bool, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = compose([
+        "+experiment=dqn_cartpole", "logger=none", "device=cpu", "progress_bar=false", "total_frames=1024",
+        "collect.workers=2", f"collect.sync_workers={sync}", "collect.frames_per_batch=64",
+        "collect.warmup_frames=128", "algo.eps_start=0.0", "algo.eps_end=0.0", "algo.lr=1e-6",
+        "eval.every_frames=0", "eval.episodes=1", "replay.capacity=2000",
+    ])  # fmt: skip
+    run = build_run(cfg)
+    head = last_linear(run.module)
+    with torch.no_grad():
+        head.bias.copy_(torch.tensor([1000.0, -1000.0]))  # greedy: always action 0
+    flip = FlipGreedyAction(at=100)
+    run.trainer.callbacks.append(flip)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    assert run.datamodule.frames == 1024
+    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+    actions = stored["action"].reshape(-1)
+    # Storage order is collection order: random warm-up, then action 0, then, one collection after the
+    # flip (the weights reach the workers before every collection), only action 1.
+    assert (actions[128:300] == 0).all()
+    cut = flip.frames_at_flip + 128  # the collection in flight at the flip may still use the old weights
+    assert cut < 1024 and (actions[cut:] == 1).all()
+
+
+def test_slices_from_several_workers_keep_their_trajectories_apart(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = compose([
+        "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false", "total_frames=240",
+        "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8", "env.num_envs=2",
+        "replay.batch_size=24", "algo.model_size=1M", "algo.latent_dim=16", "algo.mlp_dim=16",
+        "algo.enc_dim=16", "algo.num_samples=16", "algo.num_elites=4", "algo.num_pi_trajs=2",
+        "algo.iterations=1", "eval.every_frames=0", "eval.episodes=1", "replay.capacity=1000",
+    ])  # fmt: skip
+    run = build_run(cfg)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+    ids, steps = stored[TRAJ_KEY].reshape(-1), stored["step_count"].reshape(-1)
+    # 2 workers x 2 envs, Pendulum's 200-step episodes: four trajectories, each with its own id, whose
+    # step counts run 0, 1, 2, ... without a gap.
+    assert ids.unique().numel() == 4
+    for i in ids.unique():
+        assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))

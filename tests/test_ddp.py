@@ -1,0 +1,152 @@
+"""Data-parallel training over processes with Lightning's DDP (gloo on CPUs), through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import mlflow_runs, run_cli
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+pytestmark = pytest.mark.slow
+TESTS = Path(__file__).resolve().parent
+
+DDP = [
+    "+experiment=dqn_cartpole", "trainer=ddp", "device=cpu", "progress_bar=false",
+    "collect.frames_per_batch=32", "collect.warmup_frames=128", "eval.every_frames=0", "eval.episodes=2",
+    "checkpoint.every_frames=256", "replay.capacity=5000",
+]  # fmt: skip
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def fit(cwd: Path, *args: str, timeout: float = 300) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_lightning", "fit", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def dump(out: Path) -> list[str]:
+    return ["+callbacks.dump._target_=ddp_helpers.ParamDump", f"+callbacks.dump.out={out}"]
+
+
+def shard_lengths(last: Path) -> list[int]:
+    out = []
+    for shard in sorted(Path(str(last) + ".replay").glob("rank_*")):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(5000))
+        rb.loads(shard)
+        out.append(len(rb))
+    return out
+
+
+def test_two_ranks_train_identical_parameters_save_both_shards_and_resume(tmp_path: Path) -> None:
+    first = fit(tmp_path, *DDP, "total_frames=512", *dump(tmp_path / "p1"))
+    assert first["frames"] == 512 and first["updates"] > 0
+    ranks = [torch.load(tmp_path / "p1" / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
+    # DDP averaged the gradients: after every update both ranks hold the same parameters (and targets).
+    assert ranks[0].keys() == ranks[1].keys()
+    for key in ranks[0]:
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
+    last = tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt"
+    assert shard_lengths(last) == [256, 256]  # each rank its own envs and replay shard, half the frames each
+    (run,) = mlflow_runs(tmp_path)  # one MLflow run, written by rank 0
+    assert run.info.status == "FINISHED"
+    # Resume: each rank restores its own shard and the frame budget stays global.
+    second = fit(tmp_path, *DDP, "total_frames=768", "ckpt_path=last", *dump(tmp_path / "p2"))
+    assert second["run_dir"] == first["run_dir"] and second["frames"] == 768
+    assert shard_lengths(last) == [384, 384]
+    assert len(mlflow_runs(tmp_path)) == 1
+
+
+def test_resuming_with_another_number_of_ranks_says_what_to_do(tmp_path: Path) -> None:
+    first = fit(tmp_path, *DDP, "total_frames=256", "logger=none")
+    proc = run_cli(tmp_path, "fit", "+experiment=dqn_cartpole", "device=cpu", "logger=none",
+                   "total_frames=512", "ckpt_path=last", "replay.capacity=5000")  # fmt: skip
+    assert proc.returncode == 2 and "was written by 2 ranks; resume it with trainer.devices=2" in proc.stderr
+    assert Path(tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_resumable_checkpoint(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_lightning", "fit", *DDP, "total_frames=200000", "logger=none"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+        start_new_session=True,  # its own process group: Ctrl-C in a terminal reaches every rank
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while (
+        not list(tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")) and time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
+    frames = next(v for k, v in torch.load(last, weights_only=True).items() if k.endswith("RLDataModule"))[
+        "frames"
+    ]
+    lengths = shard_lengths(last)
+    assert lengths[0] == lengths[1] == frames // 2  # both ranks stopped after the same collection
+    resumed = fit(tmp_path, *DDP, f"total_frames={frames + 128}", "ckpt_path=last", "logger=none")
+    assert resumed["frames"] == frames + 128
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_localhost_with_torchrun(tmp_path: Path) -> None:
+    """The multi-node recipe: one torchrun per node, here two "nodes" on this machine."""
+    port = free_port()
+    common = [
+        "+experiment=dqn_cartpole", "device=cpu", "progress_bar=false", "logger=none", "total_frames=256",
+        "collect.frames_per_batch=32", "collect.warmup_frames=64", "eval.every_frames=0", "eval.episodes=1",
+        "trainer.strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2", f"run_dir={tmp_path / 'run'}",
+        "replay.capacity=5000", *dump(tmp_path / "p"),
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                f"--node-rank={node}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "-m",
+                "rl_lightning",
+                "fit",
+                *common,
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        for node in (0, 1)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert json.loads(outs[0][0].strip().splitlines()[-1])["frames"] == 256
+    ranks = [torch.load(tmp_path / "p" / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
+    for key in ranks[0]:
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
+    assert shard_lengths(tmp_path / "run" / "checkpoints" / "last.ckpt") == [128, 128]
