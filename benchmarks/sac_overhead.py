@@ -8,10 +8,12 @@ update of the target critics. The rl_lightning side is the real path: ``Trainer.
 optimization calling ``training_step`` -> ``SAC.update`` (TorchRL's ``SACLoss``, critics vmapped as one
 ensemble), with ``UpdateFeedback`` logging every 100 updates, timed from the 11th batch to the last (the
 fit's setup and teardown excluded); acting is ``SAC.act``. The hand-written side is CleanRL-style code (two
-separate critic modules). Warm-up iterations are excluded; the two sides alternate in blocks in one
-process and the best block of each is kept (the least disturbed by other load). Both wall-clock and process
-CPU time are reported: with one torch thread the CPU time counts this process's own work, the steadier
-figure on a machine shared with other jobs.
+separate critic modules). A third timing calls ``SAC.update`` directly, without a Trainer, which splits the
+overhead into the loss's share (TorchRL's ``SACLoss`` against plain tensor code) and the training loop's
+(Lightning's loop, optimizer wrappers, ``UpdateFeedback``). Warm-up iterations are excluded; the sides
+alternate in blocks in one process and the best block of each is kept (the least disturbed by other load).
+Both wall-clock and process CPU time are reported: with one torch thread the CPU time counts this
+process's own work, the steadier figure on a machine shared with other jobs.
 
     python benchmarks/sac_overhead.py [--updates 1000] [--blocks 5] [--compile]
 
@@ -209,10 +211,16 @@ def main() -> None:
     run_hand, actor_hand = hand_written(batch)
     time_framework(module, batch, 100)  # warm-up
     run_hand(100)
-    fw, hw = [], []  # (wall, cpu) seconds per update of each block
+    # The same module's update called directly (no Trainer): splits the overhead into the TorchRL loss's
+    # share and the training loop's.
+    direct_module = make_module()
+    run_direct = lambda n: [direct_module.update(batch) for _ in range(n)]  # noqa: E731
+    run_direct(100)
+    fw, hw, dw = [], [], []  # (wall, cpu) seconds per update of each block
     for _ in range(args.blocks):
         fw.append(time_framework(module, batch, args.updates))
         hw.append(time_hand(run_hand, args.updates))
+        dw.append(time_hand(run_direct, args.updates))
 
     compiled = []
     if args.compile:
@@ -244,6 +252,9 @@ def main() -> None:
         "update_ratio": best(fw, 0) / best(hw, 0),
         "update_cpu_us": {"rl_lightning": best(fw, 1), "hand_written": best(hw, 1)},
         "update_cpu_ratio": best(fw, 1) / best(hw, 1),
+        "module_update_without_trainer_cpu_us": best(dw, 1),
+        "loss_share_cpu_ratio": best(dw, 1) / best(hw, 1),
+        "loop_share_cpu_ratio": best(fw, 1) / best(dw, 1),
         "act_us": {"rl_lightning": best(fa, 0), "hand_written": best(ha, 0)},
         "act_ratio": best(fa, 0) / best(ha, 0),
         "act_cpu_ratio": best(fa, 1) / best(ha, 1),

@@ -243,7 +243,11 @@ class LastOutput(L.Callback):
         self.priorities_after = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.output = outputs.clone()
+        # ``training_step`` returns the update's output, or {"metrics": the round's last output, ...}.
+        output = outputs.get("metrics") if isinstance(outputs, dict) else outputs
+        if output is None:  # a round cut short by the end of the budget
+            return
+        self.output = output.clone()
         self.priorities_after = trainer.datamodule.replay.sampler._priority.clone()
 
 

@@ -11,7 +11,7 @@ from test_sac import check_per_and_n_step, fit_with_per_and_n_step
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
-from rl_lightning.algos.td3 import CRITIC_ONLY, DDPG, TD3
+from rl_lightning.algos.td3 import CRITIC_ONLY, DDPG, TD3, _ScheduledRound
 
 OBS, ACT, B = 3, 2, 64
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
@@ -137,7 +137,7 @@ def test_actor_and_targets_move_only_every_policy_delay_updates_and_by_polyak(cl
     for i in range(1, 2 * delay + 1):
         actor0, critic0 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets0 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
-        out = m.training_step(batch(i), i)
+        out = m.update(m.schedule(batch(i)))
         assert set(out.keys()) == {"loss_qvalue", "loss_actor", "q_mean"}
         actor1, critic1 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets1 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
@@ -164,6 +164,33 @@ def test_schedule_marks_critic_only_batches_on_the_host_and_checkpoints_its_coun
     other = make(policy_delay=2)
     other.on_load_checkpoint(checkpoint)
     assert other.num_updates == 2 and CRITIC_ONLY in other.schedule(td).keys()
+
+
+def test_training_step_schedules_every_sample_of_a_round():
+    m = make(policy_delay=3)
+    m.training_step(batch(1), 0)  # one sample: scheduled once
+    assert m.num_updates == 1
+
+    class Round:  # the data path's round of samples: iterable, with feedback for each update's output
+        def __init__(self) -> None:
+            self.fed = []
+
+        def __iter__(self):
+            return (batch(i) for i in range(5))
+
+        def __len__(self) -> int:
+            return 5
+
+        def feedback(self, output) -> None:
+            self.fed.append(output)
+
+    samples = Round()
+    scheduled = _ScheduledRound(samples, m.schedule)
+    marked = [CRITIC_ONLY in s.keys() for s in scheduled]
+    assert marked == [True, False, True, True, False] and m.num_updates == 6  # updates 2..6: 3 and 6 step
+    assert len(scheduled) == 5
+    scheduled.feedback("out")
+    assert samples.fed == ["out"]
 
 
 def test_critic_only_update_reports_the_last_actor_loss():

@@ -16,7 +16,7 @@ CUDA-graphed one has one graph per input signature (critic-only and full), both 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +36,26 @@ __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
 CRITIC_ONLY = "critic_only"
 #: Checkpoint entry of the host-side update counter that schedules the delayed actor.
 _COUNTER_KEY = "actor_critic_updates"
+
+
+class _ScheduledRound:
+    """A round of replay samples whose samples pass through ``schedule`` as they are drawn.
+
+    Everything else (``feedback``, ``len``) is the round's own.
+    """
+
+    def __init__(self, samples: Any, schedule: Callable[[TensorDictBase], TensorDictBase]) -> None:
+        self._samples = samples
+        self._schedule = schedule
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        return (self._schedule(sample) for sample in self._samples)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._samples, name)
 
 
 class DeterministicActorCritic(RLModule):
@@ -137,8 +157,15 @@ class DeterministicActorCritic(RLModule):
         td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))
         return td
 
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
-        return self.update(self.schedule(batch))
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """The base class's training step on samples marked by the actor schedule.
+
+        ``batch`` is one replay sample or a round of them from the data path; each sample is scheduled
+        as it is drawn, so the counter follows the updates one by one.
+        """
+        if isinstance(batch, TensorDictBase):
+            return super().training_step(self.schedule(batch), batch_idx)
+        return super().training_step(_ScheduledRound(batch, self.schedule), batch_idx)
 
     def schedule(self, batch: TensorDictBase) -> TensorDictBase:
         """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
