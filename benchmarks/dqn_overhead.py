@@ -3,9 +3,12 @@
 Both sides do the same math on the same batch with the same network and optimizer: a [256, 256] MLP
 Q-network, TD(0) targets from a target network, MSE loss, gradient clipping, Adam, a hard target update by
 ``lerp_``, and epsilon-greedy acting on a batch of observations. The rl_lightning side is the real path:
-``Trainer.fit`` with manual optimization calling ``training_step`` -> ``DQN.update`` (TorchRL's DQNLoss),
-logging every ``log_every_n_updates``; acting is ``DQN.act``. Warm-up iterations are excluded; the two sides
-alternate in blocks in one process and the best block of each is kept (the least disturbed by other load).
+``Trainer.fit`` with manual optimization calling ``training_step`` -> ``DQN.update``, and the update
+feedback callback logging every 100 updates; acting is ``DQN.act``. The framework side is timed inside
+the fit, from the end of its first round of updates to its end (Trainer set-up excluded); like the real
+experience stream, a Lightning batch is a round of up to 64 updates. Warm-up iterations are excluded; the two
+sides alternate in blocks in one process and the best block of each is kept (the least disturbed by other
+load).
 
     python benchmarks/dqn_overhead.py [--updates 2000] [--blocks 5]
 """
@@ -24,6 +27,8 @@ from torch import nn
 from torchrl.data import Categorical, Composite, Unbounded
 
 from rl_lightning.algos.dqn import DQN
+from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH
+from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACTIONS, BATCH, HIDDEN, GAMMA, LR = 4, 2, 64, (256, 256), 0.99, 2.3e-3
 
@@ -47,8 +52,8 @@ def make_batch(seed: int = 0) -> TensorDict:
     )
 
 
-class _Stream:
-    """Yields the same batch ``n`` times (the data path is measured by benchmarks/collection.py)."""
+class _Round:
+    """``n`` updates on the same batch, as the experience stream groups the updates of a collection."""
 
     def __init__(self, batch: TensorDict, n: int) -> None:
         self.batch, self.n = batch, n
@@ -56,6 +61,24 @@ class _Stream:
     def __iter__(self):
         for _ in range(self.n):
             yield self.batch
+
+    def feedback(self, output) -> None:
+        pass
+
+
+class _Stream:
+    """``n`` updates on the same batch, in rounds like the real stream's (the data path is measured by
+    benchmarks/collection.py)."""
+
+    def __init__(self, batch: TensorDict, n: int) -> None:
+        self.batch, self.n = batch, n
+
+    def __iter__(self):
+        left = self.n
+        while left > 0:
+            size = min(left, MAX_UPDATES_PER_BATCH)
+            left -= size
+            yield _Round(self.batch, size)
 
 
 class _DM(L.LightningDataModule):
@@ -71,6 +94,22 @@ class _DM(L.LightningDataModule):
         return []
 
 
+class _Clock(L.Callback):
+    """Seconds per update from the end of the first batch (round) to the end of the fit."""
+
+    def __init__(self) -> None:
+        self.t0, self.n, self.per_update = 0.0, 0, 0.0
+        self.start = MAX_UPDATES_PER_BATCH
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, *args) -> None:
+        if self.n == 0:
+            self.t0 = time.perf_counter()
+        self.n += outputs["updates"]
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.per_update = (time.perf_counter() - self.t0) / (self.n - self.start)
+
+
 def make_module() -> DQN:
     torch.manual_seed(0)
     obs = Composite(observation=Unbounded((1, OBS)), shape=(1,))
@@ -82,24 +121,23 @@ def make_module() -> DQN:
         gamma=GAMMA,
         target_update="hard",
         hard_update_every=10,
-        log_every_n_updates=100,
     )
 
 
 def time_framework(module: DQN, batch: TensorDict, n: int) -> float:
+    clock = _Clock()
     trainer = L.Trainer(
         accelerator="cpu",
         max_epochs=1,
         logger=False,
+        callbacks=[UpdateFeedback(log_every_n_updates=100), clock],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    dm = _DM(batch, n)
-    t0 = time.perf_counter()
-    trainer.fit(module, datamodule=dm)
-    return (time.perf_counter() - t0) / n
+    trainer.fit(module, datamodule=_DM(batch, n + clock.start))
+    return clock.per_update
 
 
 def hand_written(n_updates: int, batch: TensorDict):

@@ -15,7 +15,8 @@ from callbacks._logging import log_metrics, read_frames
 class ThroughputMonitor(Callback):
     """Measure env frames/s and updates/s over windows of ``log_every_n_steps`` training batches.
 
-    Every training batch counts as one update (``training_step`` calls ``update`` once). Frames come from a
+    A training batch counts as one update, or as ``outputs["updates"]`` when ``training_step`` returns a
+    mapping with that count (a step that runs several updates). Frames come from a
     duck-typed counter: ``trainer.datamodule.frames`` (int, environment frames collected so far), else
     ``pl_module.frames``; without one, only updates/s is reported. At the end of each window the rates are
     the counter deltas over the ``time.perf_counter()`` delta. No CUDA synchronization: the host can run
@@ -29,7 +30,7 @@ class ThroughputMonitor(Callback):
 
     Metrics (logged against environment frames when known):
         ``time/env_sps``: environment frames per second (only with a frame counter).
-        ``time/updates_per_s``: gradient updates (training batches) per second.
+        ``time/updates_per_s``: gradient updates per second.
         ``time/frames``: the frame counter at the end of the window (with ``log_frames``).
 
     The latest figures are also attributes, ``env_sps`` and ``updates_per_s`` (``None`` until the first
@@ -90,7 +91,8 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self.updates += 1
+        done = outputs.get("updates", 1) if isinstance(outputs, dict) else 1
+        self.updates += int(done) if isinstance(done, int) else 1
         updates = self.updates - self._window_updates
         if updates < self.log_every_n_steps:
             return

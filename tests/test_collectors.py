@@ -16,21 +16,21 @@ pytestmark = pytest.mark.slow
 
 
 class FlipGreedyAction(L.Callback):
-    """After update ``at``, makes action 1 the greedy one by far (it was action 0)."""
+    """After ``at`` updates (at the end of that round), makes action 1 the greedy one by far (was 0)."""
 
     def __init__(self, at: int) -> None:
         self.at = at
         self.frames_at_flip: int | None = None
 
     def on_train_batch_end(self, trainer, pl_module, *args) -> None:
-        if trainer.datamodule.updates == self.at:
+        if self.frames_at_flip is None and trainer.datamodule.updates >= self.at:
             with torch.no_grad():
                 last_linear(pl_module).bias.copy_(torch.tensor([-1000.0, 1000.0]))
             self.frames_at_flip = trainer.datamodule.frames
 
 
 def last_linear(module) -> torch.nn.Linear:
-    return [m for m in module.qnet.modules() if isinstance(m, torch.nn.Linear)][-1]
+    return [m for m in module.q_net.modules() if isinstance(m, torch.nn.Linear)][-1]
 
 
 @pytest.mark.parametrize("sync", [True, False])

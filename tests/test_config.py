@@ -49,7 +49,7 @@ def test_group_and_short_overrides_reach_the_objects(tmp_path, monkeypatch):
     run = build_run(cfg)
     assert run.datamodule.collect.total_frames == 1234 and run.datamodule.seed == 7
     assert run.datamodule.env_cfg.num_envs == 3
-    assert run.module.loss_module.double_dqn
+    assert run.module.hparams.double_dqn
     assert str(run.datamodule.replay_cfg.device) == "cpu"
 
 

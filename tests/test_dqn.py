@@ -43,11 +43,18 @@ def batch(seed: int = 1, terminated_frac: float = 0.3) -> TensorDict:
 
 
 def online(m: DQN) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in m.loss_module.value_network_params.values(True, True)]
+    return [p.detach().clone() for p in m.q_net.parameters()]
 
 
 def target(m: DQN) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in m.loss_module.target_value_network_params.values(True, True)]
+    return [p.detach().clone() for p in m.target_q_net.parameters()]
+
+
+def perturb_target(m: DQN) -> None:
+    """Makes the target network differ from the online one (they start equal)."""
+    with torch.no_grad():
+        for p in m.target_q_net.parameters():
+            p.add_(torch.randn_like(p))
 
 
 def test_update_is_finite_and_moves_every_online_parameter():
@@ -55,7 +62,8 @@ def test_update_is_finite_and_moves_every_online_parameter():
     before = online(m)
     metrics = m.update(batch())
     assert torch.isfinite(metrics["loss"]) and metrics["loss"] > 0
-    grads = [p.grad for p in m.loss_module.value_network_params.values(True, True)]
+    grads = [p.grad for p in m.q_net.parameters()]
+    assert all(p.grad is None for p in m.target_q_net.parameters())
     assert all(g is not None and g.abs().sum() > 0 for g in grads)
     assert all(not torch.equal(a, b) for a, b in zip(before, online(m)))
 
@@ -86,8 +94,7 @@ def _expected_loss(m: DQN, td: TensorDict, double: bool, gamma: float) -> torch.
     with torch.no_grad():
         q = m.q_values(td["observation"]).gather(-1, td["action"].unsqueeze(-1))
         q_next_online = m.q_values(td["next", "observation"])
-        with m.loss_module.target_value_network_params.to_module(m.qnet):
-            q_next_target = m.q_values(td["next", "observation"])
+        q_next_target = m.target_q_net(td["next", "observation"])
         if double:
             nxt = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True))
         else:
@@ -99,23 +106,19 @@ def _expected_loss(m: DQN, td: TensorDict, double: bool, gamma: float) -> torch.
 @pytest.mark.parametrize("double", [False, True])
 def test_loss_matches_hand_computed_target(double: bool):
     m = make(double_dqn=double, gamma=0.9)
-    with torch.no_grad():  # make target and online differ so the two rules disagree
-        for p in m.loss_module.target_value_network_params.values(True, True):
-            p.add_(torch.randn_like(p))
+    perturb_target(m)  # make target and online differ so the two rules disagree
     td = batch()
-    loss = m.loss_module(td.clone())["loss"]
+    loss, _ = m.td_loss(td.clone())
     assert torch.allclose(loss, _expected_loss(m, td, double, 0.9), rtol=1e-5)
 
 
 def test_double_dqn_target_differs_from_vanilla_on_crafted_batch():
     vanilla, double = make(double_dqn=False), make(double_dqn=True)
     double.load_state_dict(vanilla.state_dict())
-    with torch.no_grad():
-        for p in vanilla.loss_module.target_value_network_params.values(True, True):
-            p.add_(torch.randn_like(p))
+    perturb_target(vanilla)
     double.load_state_dict(vanilla.state_dict())
     td = batch(terminated_frac=0.0)
-    assert not torch.allclose(vanilla.loss_module(td.clone())["loss"], double.loss_module(td.clone())["loss"])
+    assert not torch.allclose(vanilla.td_loss(td.clone())[0], double.td_loss(td.clone())[0])
 
 
 def test_epsilon_schedule_and_greedy_eval():
@@ -136,7 +139,7 @@ def test_epsilon_schedule_and_greedy_eval():
 def test_dueling_head_outputs_value_plus_centred_advantage():
     m = make(dueling=True)
     obs = torch.randn(5, OBS)
-    head = m.qnet.module[0].module
+    head = m.q_net
     h = head.trunk(obs)
     adv = head.advantage(h)
     assert torch.allclose(m.q_values(obs), head.value(h) + adv - adv.mean(-1, keepdim=True))
@@ -153,18 +156,81 @@ def test_prioritized_update_returns_abs_td_errors_of_the_sampled_rows():
     gamma = 0.9
     m = make(gamma=gamma, target_update="hard", hard_update_every=1000)
     with torch.no_grad():
-        for p in m.loss_module.target_value_network_params.values(True, True):
+        for p in m.target_q_net.parameters():
             p.add_(0.1 * torch.randn_like(p))
     td = batch()
     td["index"] = torch.arange(100, 100 + B)
     td["priority_weight"] = torch.ones(B)
     with torch.no_grad():
         q = m.q_values(td["observation"]).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
-        with m.loss_module.target_value_network_params.to_module(m.qnet):
-            nxt = m.q_values(td["next", "observation"]).max(-1).values
+        nxt = m.target_q_net(td["next", "observation"]).max(-1).values
         y = td["next", "reward"].squeeze(-1) + gamma * (~td["next", "terminated"].squeeze(-1)).float() * nxt
     out = m.update(td)
     assert torch.equal(out["priority", "index"], td["index"])
     torch.testing.assert_close(out["priority", "value"], (q - y).abs(), rtol=1e-5, atol=1e-6)
     # A uniform sample carries no priorities.
     assert "priority" not in m.update(batch(2)).keys()
+
+
+@pytest.mark.parametrize(
+    ("double", "loss", "n_step", "prioritized"),
+    [(False, "l2", False, False), (True, "l2", True, False), (True, "smooth_l1", False, True),
+     (False, "smooth_l1", True, True)],
+)  # fmt: skip
+def test_td_loss_equals_torchrls_dqn_loss(double: bool, loss: str, n_step: bool, prioritized: bool):
+    """The tensor loss is TorchRL's DQNLoss (TD(0) estimator) without its TensorDict machinery."""
+    from torchrl.modules import QValueActor
+    from torchrl.objectives import DQNLoss, ValueEstimators
+
+    gamma = 0.9
+    m = make(double_dqn=double, loss=loss, gamma=gamma)
+    perturb_target(m)
+    td = batch(3)
+    g = torch.Generator().manual_seed(5)
+    if n_step:
+        td["steps_to_next_obs"] = torch.randint(1, 4, (B, 1), generator=g)
+    if prioritized:
+        td["priority_weight"] = torch.rand(B, generator=g) + 0.1
+    spec = Categorical(ACTIONS, dtype=torch.int64)
+    actor = QValueActor(m.q_net, in_keys=["observation"], spec=spec, action_space="categorical")
+    reference = DQNLoss(actor, loss_function=loss, delay_value=True, double_dqn=double, action_space=spec)
+    reference.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
+    with torch.no_grad():
+        for dst, src in zip(
+            reference.target_value_network_params.values(True, True), m.target_q_net.parameters()
+        ):
+            dst.copy_(src)
+    expected_td = td.clone()
+    expected = reference(expected_td)["loss"]
+    got, td_error = m.td_loss(td.clone())
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # TorchRL writes the squared TD error; the priorities are its square root.
+    torch.testing.assert_close(td_error, expected_td["td_error"].reshape(-1).sqrt(), rtol=1e-5, atol=1e-5)
+    # The gradients agree too (the loss is a function of the online network only).
+    got.backward()
+    ours = [p.grad.clone() for p in m.q_net.parameters()]
+    m.zero_grad()
+    reference(td.clone())["loss"].backward()
+    for a, b in zip(ours, [p.grad for p in m.q_net.parameters()]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_checkpoints_of_the_torchrl_loss_layout_load():
+    """State dicts of the versions built on DQNLoss (``loss_module.*`` names) load into today's module."""
+    m = make()
+    perturb_target(m)
+    state = m.state_dict()
+    old = {k: v for k, v in state.items() if not k.startswith(("q_net.", "target_q_net."))}
+    for k, v in state.items():
+        if k.startswith("q_net."):
+            old["loss_module.value_network_params.module.0.module." + k[len("q_net.") :]] = v
+            old["qnet.module.0.module." + k[len("q_net.") :]] = v
+        elif k.startswith("target_q_net."):
+            old["loss_module.target_value_network_params.module.0.module." + k[len("target_q_net.") :]] = v
+    old["loss_module._value_estimator.gamma"] = torch.tensor(0.99)
+    ckpt = {"state_dict": old}
+    fresh = make()
+    fresh.on_load_checkpoint(ckpt)
+    fresh.load_state_dict(ckpt["state_dict"])
+    for k, v in state.items():
+        assert torch.equal(fresh.state_dict()[k], v), k

@@ -21,7 +21,9 @@ class LastOutput(L.Callback):
         self.priorities_after = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.output = outputs.clone()
+        if outputs["metrics"] is None:  # a round cut short by the end of the budget
+            return
+        self.output = outputs["metrics"].clone()
         self.priorities_after = trainer.datamodule.replay.sampler._priority.clone()
 
 

@@ -6,7 +6,8 @@ An algorithm is an :class:`RLModule`, a ``LightningModule`` with manual optimiza
   steps, target update). It returns detached scalar metrics and, with prioritized replay, the new
   priorities under ``"priority"`` (``index`` and ``value``, one per sampled row; see
   :func:`priority_feedback`). It never reaches into the trainer or the data module: the data path applies
-  the priorities and the training loop logs the metrics (``rl_lightning.training.feedback``).
+  the priorities (``training_step`` hands each output back to the round of samples it came from) and the
+  training loop logs the metrics (``rl_lightning.training.feedback``).
 * ``act(td) -> TensorDict``: the exploring policy for all training envs at once (writes ``"action"`` and
   any per-step keys the algorithm stores, such as an option index), called by the collector.
 * ``act_eval(td) -> TensorDict``: the deterministic policy, for evaluation and export.
@@ -209,8 +210,15 @@ class RLModule(L.LightningModule, ABC):
         super().save_hyperparameters(*args, logger=logger, **kwargs)
 
     def make_optimizer(self, params: Iterable[Any], lr: float, **kwargs: Any) -> torch.optim.Optimizer:
-        """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in."""
+        """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in.
+
+        Unless a callback asks for the fused kernel, the multi-tensor (``foreach``) implementation is used
+        on every device: torch picks it only for CUDA tensors by default, and on a CPU the per-tensor loop
+        costs about twice as much for the small networks of RL.
+        """
         kwargs = {**kwargs, **self.optimizer_kwargs}
+        if not kwargs.get("fused"):
+            kwargs.setdefault("foreach", True)
         if not isinstance(lr, torch.Tensor) and kwargs.get("capturable"):
             lr = torch.tensor(lr)
         return torch.optim.Adam(params, lr=lr, **kwargs)
@@ -231,7 +239,20 @@ class RLModule(L.LightningModule, ABC):
             if old in state and new not in state:
                 state[new] = state.pop(old)
 
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
-        # The output reaches the callbacks' on_train_batch_end as ``outputs``: the feedback callback
-        # applies its priorities and logs its metrics.
-        return self.update(batch)
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        """One update per replay sample of the batch.
+
+        ``batch`` is a replay sample (a ``TensorDict``: one update) or a round of samples from the data
+        path (an iterable of them with a ``feedback(output)`` method that applies each update's priorities
+        before the next sample is drawn). Returns ``{"metrics": the last update's output, "updates": how
+        many were done}``, which the callbacks receive as ``outputs`` (the update feedback logs the
+        metrics; throughput monitors count the updates).
+        """
+        if isinstance(batch, TensorDictBase):
+            return {"metrics": self.update(batch), "updates": 1}
+        out, n = None, 0
+        for sample in batch:
+            out = self.update(sample)
+            batch.feedback(out)
+            n += 1
+        return {"metrics": out, "updates": n}

@@ -1,27 +1,33 @@
 """The DQN family as one LightningModule: DQN, Double DQN, Dueling, n-step, prioritized replay.
 
-The loss is TorchRL's ``DQNLoss`` (TD(0) estimator; with n-step replay the estimator discounts by
-``gamma ** steps_to_next_obs``) and target networks follow TorchRL's ``SoftUpdate``/``HardUpdate``.
-n-step returns and prioritized sampling are replay options (``replay.n_step``, ``replay.prioritized``):
-the loss reads the sampled importance weights and writes ``td_error`` for the priority update.
+The TD loss is written on tensors here: the math of TorchRL's ``DQNLoss`` with its TD(0) estimator
+(``y = r + gamma ** steps_to_next_obs * (1 - terminated) * Q_target(s', a')``, ``a'`` the target's or,
+with Double DQN, the online network's greedy action; MSE or smooth-L1; prioritized samples weighted by
+``priority_weight`` and normalized by the weights' sum), without its TensorDict and functional-parameter
+machinery, which on a CPU cost as much again as the update of a ``[256, 256]`` network
+(``benchmarks/dqn_overhead.py``). ``tests/test_dqn.py`` checks that both give the same loss and TD errors.
+n-step returns and prioritized sampling are replay options (``replay.n_step``, ``replay.prioritized``).
+Target networks move by one fused ``lerp_``: Polyak (``tau``) or a copy every ``hard_update_every`` updates
+(a 0/1 weight on the device, which a CUDA graph can hold).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.data import Categorical, TensorSpec
-from torchrl.modules import MLP, QValueActor
-from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
+from torchrl.modules import MLP
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import LinearSchedule, polyak_update
 
-__all__ = ["DQN", "DuelingHead", "GreedyPolicy"]
+__all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
 
 class DuelingHead(nn.Module):
@@ -66,6 +72,33 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         return self.q_net(observation.float()).argmax(-1)
+
+
+def td_targets(
+    q_next_target: torch.Tensor,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    steps: torch.Tensor | None = None,
+    q_next_online: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """TD(0) targets ``r + gamma ** steps * (1 - terminated) * Q_target(s', a')``, ``[B]``.
+
+    Args:
+        q_next_target: target network's Q-values at the next observations, ``[B, A]``.
+        reward: ``[B]`` (n-step: the discounted sum of the window's rewards).
+        terminated: ``[B]`` bool; no bootstrap past a terminal state (a truncation still bootstraps).
+        gamma: discount.
+        steps: ``[B]`` steps to the next observation (n-step windows); ``None`` means one.
+        q_next_online: online Q-values at the next observations ``[B, A]`` for Double DQN (``a'`` is
+            their argmax); ``None``: ``a'`` is the target network's argmax.
+    """
+    if q_next_online is None:
+        bootstrap = q_next_target.max(-1).values
+    else:
+        bootstrap = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
+    discount = gamma if steps is None else gamma ** steps.to(bootstrap.dtype)
+    return reward + discount * (~terminated).to(bootstrap.dtype) * bootstrap
 
 
 class DQN(RLModule):
@@ -130,31 +163,17 @@ class DQN(RLModule):
         self.n_actions = int(action_spec.space.n)
         obs_dim = int(torch.Size(self.obs_shape).numel())
         if dueling:
-            net = DuelingHead(obs_dim, hidden_sizes, self.n_actions)
+            self.q_net: nn.Module = DuelingHead(obs_dim, hidden_sizes, self.n_actions)
         else:
-            net = MLP(
+            self.q_net = MLP(
                 in_features=obs_dim,
                 out_features=self.n_actions,
                 num_cells=list(hidden_sizes),
                 activation_class=nn.ReLU,
             )
-        single_spec = Categorical(self.n_actions, dtype=torch.int64)
-        self.qnet = QValueActor(net, in_keys=["observation"], spec=single_spec, action_space="categorical")
-        self.loss_module = DQNLoss(
-            self.qnet,
-            loss_function=loss,
-            delay_value=True,
-            double_dqn=double_dqn,
-            action_space=single_spec,
-        )
-        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
-        # Soft updates reuse TorchRL's SoftUpdate (a lerp_ per parameter). Hard updates are a lerp_ with a
-        # weight of 1 every k-th update and 0 otherwise: TorchRL's HardUpdate copies every k+1 updates,
-        # keeps its counter outside the state dict and branches in Python, which a CUDA graph cannot hold.
-        self.target_updater = SoftUpdate(self.loss_module, tau=tau) if target_update == "soft" else None
+        self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.epsilon_schedule = LinearSchedule(eps_start, eps_end, eps_decay_frames)
-        self._params_cache: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
@@ -168,7 +187,7 @@ class DQN(RLModule):
     # ------------------------------------------------------------------ hot paths
     def q_values(self, observation: torch.Tensor) -> torch.Tensor:
         """Q-values ``[..., n_actions]`` for observations ``[..., obs_dim]``."""
-        return self.qnet.module[0].module(observation.float())
+        return self.q_net(observation.float())
 
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Epsilon-greedy actions ``[N]`` for observations ``[N, obs_dim]``, without host syncs."""
@@ -186,7 +205,35 @@ class DQN(RLModule):
 
     def export_policy(self) -> nn.Module:
         """The greedy policy over the online Q-network (what ``act_eval`` does)."""
-        return GreedyPolicy(self.qnet.module[0].module)
+        return GreedyPolicy(self.q_net)
+
+    def td_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """The TD loss of ``batch`` (``[B]`` transitions) and the TD errors ``|Q(s, a) - y|``, ``[B]``."""
+        nxt = batch.get("next")
+        q = self.q_values(batch.get("observation")).gather(-1, batch.get("action").view(-1, 1)).squeeze(-1)
+        with torch.no_grad():
+            next_obs = nxt.get("observation").float()
+            online = self.q_net(next_obs) if self.hparams.double_dqn else None
+            steps = batch.get("steps_to_next_obs", None)
+            target = td_targets(
+                self.target_q_net(next_obs),
+                nxt.get("reward").reshape(q.shape).to(q.dtype),
+                nxt.get("terminated").reshape(q.shape),
+                self.hparams.gamma,
+                None if steps is None else steps.reshape(q.shape),
+                online,
+            )
+        if self.hparams.loss == "l2":
+            per_sample = F.mse_loss(q, target, reduction="none")
+        else:
+            per_sample = F.smooth_l1_loss(q, target, reduction="none")
+        weight = batch.get("priority_weight", None)
+        if weight is None:
+            loss = per_sample.mean()
+        else:  # TorchRL's weighted reduction: sum(w * L) / sum(w)
+            weight = weight.reshape(q.shape).to(q.dtype)
+            loss = (per_sample * weight).sum() / weight.sum()
+        return loss, (q - target).detach().abs()
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """One Q-learning step on ``batch`` (``[B]`` transitions).
@@ -196,12 +243,13 @@ class DQN(RLModule):
             priorities ``|TD error|`` under ``"priority"``.
         """
         opt = self.optimizer()
-        losses = self.loss_module(batch)
-        loss = losses.get("loss")
+        loss, td_error = self.td_loss(batch)
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self._param_lists()[0], self.hparams.grad_clip)
+            grad_norm = nn.utils.clip_grad_norm_(
+                self.q_net.parameters(), self.hparams.grad_clip, foreach=True
+            )
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()
@@ -210,30 +258,29 @@ class DQN(RLModule):
         metrics = TensorDict(
             {"loss": loss.detach(), "grad_norm": grad_norm.detach(), "epsilon": self.epsilon()}, batch_size=[]
         )
-        # TorchRL's DQNLoss writes the squared TD error; PER's priorities are |TD error|.
-        return priority_feedback(metrics, batch, batch.get("td_error").sqrt())
-
-    def _param_lists(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        # Walking the TensorDictParams costs more than the update of a small net on a CPU: cache the
-        # leaves, and drop the cache whenever the module moves (see ``_apply``).
-        if self._params_cache is None:
-            self._params_cache = (
-                list(self.loss_module.value_network_params.values(True, True)),
-                list(self.loss_module.target_value_network_params.values(True, True)),
-            )
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+        return priority_feedback(metrics, batch, td_error)
 
     def _update_target(self) -> None:
-        if self.target_updater is not None:
-            self.target_updater.step()
-            return
-        copy = (self.num_updates % self.hparams.hard_update_every == 0).float()
-        sources, targets = self._param_lists()
-        polyak_update(targets, sources, copy)
+        if self.hparams.target_update == "soft":
+            tau = self.hparams.tau
+        else:
+            tau = (self.num_updates % self.hparams.hard_update_every == 0).float()
+        polyak_update(self.target_q_net.parameters(), self.q_net.parameters(), tau)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Checkpoints of the versions built on TorchRL's ``DQNLoss`` name the networks differently."""
+        state = checkpoint.get("state_dict", {})
+        old = {
+            "loss_module.value_network_params.module.0.module.": "q_net.",
+            "loss_module.target_value_network_params.module.0.module.": "target_q_net.",
+        }
+        for key in list(state):
+            for prefix, new in old.items():
+                if key.startswith(prefix):
+                    state[new + key[len(prefix) :]] = state.pop(key)
+            if key.startswith("qnet.") or key.startswith("loss_module."):
+                state.pop(key, None)  # the actor shared its weights with the loss; the estimator's gamma
+        super().on_load_checkpoint(checkpoint)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.make_optimizer(self.loss_module.value_network_params.values(True, True), self.hparams.lr)
+        return self.make_optimizer(self.q_net.parameters(), self.hparams.lr)

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 
-from rl_lightning.algos.base import ReplayRequirements
+from rl_lightning.algos.base import PRIORITY_KEY, ReplayRequirements
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import (
     TRAJ_KEY,
@@ -36,8 +36,10 @@ from rl_lightning.data.replay import (
 from rl_lightning.data.safety import check_replay_dir
 from rl_lightning.envs.factory import EnvConfig, make_env
 
-__all__ = ["CollectConfig", "ExperienceStream", "RLDataModule"]
+__all__ = ["MAX_UPDATES_PER_BATCH", "CollectConfig", "ExperienceStream", "RLDataModule", "UpdateRound"]
 
+#: Updates per item of the experience stream (a Lightning batch); see :class:`UpdateRound`.
+MAX_UPDATES_PER_BATCH = 64
 #: Seed offset between ranks (their envs and exploration noise); larger than any frame count of a run.
 _RANK_SEED_STRIDE = 1_000_003
 
@@ -89,8 +91,10 @@ class _WorkerPolicy(torch.nn.Module):
     """The module as the policy of worker processes: each worker acts with its own copy (``module.act``).
 
     TorchRL sends it to the workers and keeps their copies' weights in step with this one when the stream
-    calls ``update_policy_weights_()``. The optimization callbacks' wrappers of ``act`` stay in this
-    process (``RLModule.__getstate__`` leaves them out).
+    calls ``update_policy_weights_()``. A worker's copy is rebuilt from the module's class, specs and
+    constructor arguments and loaded with its state (:meth:`__reduce__`) rather than unpickled whole: loss
+    modules hold objects that do not pickle (vmapped functions), and the optimization callbacks' wrappers
+    of ``act`` belong to this process.
     """
 
     def __init__(self, module: L.LightningModule) -> None:
@@ -100,9 +104,63 @@ class _WorkerPolicy(torch.nn.Module):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         return self.module.act(td)
 
+    def __reduce__(self) -> tuple:
+        m = self.module
+        # TorchRL sends a copy whose tensors are on the meta device (the weights follow through its weight
+        # sync); a copy with real tensors carries them.
+        state = {k: v.detach() if v.is_meta else v.detach().cpu() for k, v in m.state_dict().items()}
+        recipe = (type(m), m.observation_spec, m.action_spec, dict(m.hparams), state)
+        return _rebuild_worker_policy, recipe
+
+
+def _rebuild_worker_policy(
+    cls: type, observation_spec: Any, action_spec: Any, hparams: dict[str, Any], state: dict[str, Any]
+) -> _WorkerPolicy:
+    module = cls(observation_spec=observation_spec, action_spec=action_spec, **hparams)
+    if any(v.is_meta for v in state.values()):
+        module = module.to("meta")
+    else:
+        module.load_state_dict(state)
+    return _WorkerPolicy(module)
+
+
+class UpdateRound:
+    """The samples of up to ``n`` consecutive updates: one item of the experience stream.
+
+    ``training_step`` runs ``update`` on each sample and hands each output to :meth:`feedback`, which
+    writes new priorities into the replay before the next sample is drawn. Grouping the updates of one
+    collection into few Lightning batches pays the training loop's per-batch cost (hooks, fetcher,
+    optimizer wrappers: about a millisecond on a CPU, as much as a small network's update) once per
+    round instead of once per update; callbacks that act on frames lose nothing, since frames only change
+    between collections. A stop request is honoured between updates (the rest stays owed).
+    """
+
+    def __init__(self, dm: RLDataModule, n: int) -> None:
+        self.dm = dm
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        dm = self.dm
+        for _ in range(self.n):
+            if dm.stop_now(False):
+                dm.trainer.should_stop = True
+                return
+            dm.owed_updates -= 1
+            dm.updates += 1
+            yield dm.replay.sample()
+
+    def feedback(self, output: TensorDictBase) -> None:
+        """Applies what an update returned: new priorities (prioritized replay)."""
+        priority = output.get(PRIORITY_KEY, None)
+        if priority is not None:
+            self.dm.update_priority(priority.get("index"), priority.get("value"))
+
 
 class ExperienceStream:
-    """Iterable over training batches; owned by :class:`RLDataModule` (see the module docstring)."""
+    """Iterable over training batches (:class:`UpdateRound` items); owned by :class:`RLDataModule`."""
 
     def __init__(self, dm: RLDataModule) -> None:
         self.dm = dm
@@ -115,14 +173,14 @@ class ExperienceStream:
         try:
             it = iter(collector)
             while True:
-                # Updates granted but not yet done (also those owed when a checkpoint was taken).
+                # Updates granted but not yet done (also those owed when a checkpoint was taken), in rounds.
                 while dm.owed_updates > 0:
-                    if dm.stop_now(False):  # a stop request (Ctrl-C, a callback) between updates
+                    if dm.stop_now(False):  # a stop request (Ctrl-C, a callback) between rounds
                         trainer.should_stop = True
                         return
-                    dm.owed_updates -= 1
-                    dm.updates += 1
-                    yield dm.replay.sample()
+                    yield UpdateRound(dm, min(dm.owed_updates, MAX_UPDATES_PER_BATCH))
+                    if trainer.should_stop:  # stopped inside the round
+                        return
                 # The budget is in frames: it ends this epoch and the fit (max_epochs is unbounded so that a
                 # finished run resumed with a larger total_frames continues). A stop request is checked
                 # between collections too: the warm-up yields no updates.

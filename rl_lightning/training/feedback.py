@@ -6,7 +6,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from tensordict import TensorDictBase
 from typing_extensions import override
 
 from rl_lightning.algos.base import PRIORITY_KEY
@@ -16,16 +15,15 @@ __all__ = ["UpdateFeedback"]
 
 
 class UpdateFeedback(L.Callback):
-    """Routes the output of ``RLModule.update`` (``training_step``'s return value) after every update.
+    """Logs what ``RLModule.update`` returned, every ``log_every_n_updates`` updates.
 
-    - New priorities (``output["priority"]``: ``index``, ``value``) go to the data module's replay
-      buffer at once, before the next sample is drawn.
-    - Every ``log_every_n_updates`` updates the scalar metrics are logged as ``train/<name>`` (a name
-      that has a ``/`` already, such as ``options/usage_min``, as it is; one host sync for all of
-      them), with the data path's ``train/episodes``, ``train/episode_return`` and
-      ``train/episode_length`` (means over the episodes finished since the last log, on every rank of a
-      data-parallel run), against frames.
-      The episodes finished after the last interval are logged at the end of the epoch.
+    ``training_step`` returns ``{"metrics": the last update's output, "updates": updates done}`` (a batch
+    of the experience stream is a round of updates). Every ``log_every_n_updates`` updates the scalar
+    metrics of the latest update are logged as ``train/<name>`` (one host sync for all of them), with the
+    data path's ``train/episodes``, ``train/episode_return`` and ``train/episode_length`` (means over the
+    episodes finished since the last log, on every rank of a data-parallel run), against frames. The
+    episodes finished after the last interval are logged at the end of the epoch. New replay priorities
+    are not this callback's: the data path applies them after every update.
 
     The algorithm never sees the data module; the data module never sees the algorithm's losses.
 
@@ -46,19 +44,16 @@ class UpdateFeedback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not isinstance(outputs, TensorDictBase | dict):
+        if not isinstance(outputs, dict) or outputs.get("metrics") is None:
             return
-        dm = trainer.datamodule
-        priority = outputs.get(PRIORITY_KEY, None)
-        if priority is not None:
-            dm.update_priority(priority.get("index"), priority.get("value"))
-        self._since_log += 1
+        self._since_log += int(outputs.get("updates", 1))
         if self._since_log >= self.log_every_n_updates:
             self._since_log = 0
+            dm = trainer.datamodule
             metrics: dict[str, Any] = {
-                (k if "/" in k else f"train/{k}"): v
-                for k, v in outputs.items()
-                if k != PRIORITY_KEY and v.dim() == 0
+                f"train/{k}": v
+                for k, v in outputs["metrics"].items()
+                if k != PRIORITY_KEY and isinstance(v, torch.Tensor) and v.dim() == 0
             }
             metrics.update(self._episode_metrics(trainer, dm))
             log_metrics(trainer, metrics, dm.frames)

@@ -49,12 +49,12 @@ class _SteadyStateProbe(L.Callback):
         # owed_updates == 0: the batch just fetched ends a round, the next fetch collects.
         if self.opened is None and dm.frames >= self.steady_start and dm.owed_updates == 0:
             _sync(pl_module.device)
-            self.opened = (time.perf_counter(), dm.frames, self.batches)
+            self.opened = (time.perf_counter(), dm.frames, dm.updates)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Still inside the fit: the callbacks' wrappers around the hot paths are in place.
         _sync(pl_module.device)
-        self.closed = (time.perf_counter(), trainer.datamodule.frames, self.batches)
+        self.closed = (time.perf_counter(), trainer.datamodule.frames, trainer.datamodule.updates)
         self.act_ms = self.time_act(pl_module)
 
     def time_act(self, module: L.LightningModule) -> float:
