@@ -142,17 +142,20 @@ def _mlp(n_in: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(width, n_out))
 
 
-def hand_written(batch: TensorDict):
-    """The same update in plain PyTorch; returns a function that runs ``n`` updates, and the actor."""
+def hand_written(batch: TensorDict, foreach: bool | None):
+    """The same update in plain PyTorch; returns a function that runs ``n`` updates, and the actor.
+
+    ``foreach``: Adam's implementation, the one the module's optimizers use (a setting, not overhead).
+    """
     torch.manual_seed(0)
     actor, q1, q2 = _mlp(OBS, 2 * ACT), _mlp(OBS + ACT, 1), _mlp(OBS + ACT, 1)
     q1_target, q2_target = copy.deepcopy(q1).requires_grad_(False), copy.deepcopy(q2).requires_grad_(False)
     log_alpha = torch.zeros((), requires_grad=True)
     critic_params = [*q1.parameters(), *q2.parameters()]
     target_params = [*q1_target.parameters(), *q2_target.parameters()]
-    opt_actor = torch.optim.Adam(actor.parameters(), lr=LR)
-    opt_critic = torch.optim.Adam(critic_params, lr=LR)
-    opt_alpha = torch.optim.Adam([log_alpha], lr=LR)
+    opt_actor = torch.optim.Adam(actor.parameters(), lr=LR, foreach=foreach)
+    opt_critic = torch.optim.Adam(critic_params, lr=LR, foreach=foreach)
+    opt_alpha = torch.optim.Adam([log_alpha], lr=LR, foreach=foreach)
     obs, nobs = batch["observation"], batch["next", "observation"]
     act = (batch["action"] / 2).clamp(-1, 1)
     rew, notdone = batch["next", "reward"], (~batch["next", "terminated"]).float()
@@ -208,7 +211,8 @@ def main() -> None:
     batch = make_batch()
 
     module = make_module()
-    run_hand, actor_hand = hand_written(batch)
+    foreach = module.configure_optimizers()[0].defaults.get("foreach")
+    run_hand, actor_hand = hand_written(batch, foreach)
     time_framework(module, batch, 100)  # warm-up
     run_hand(100)
     # The same module's update called directly (no Trainer): splits the overhead into the TorchRL loss's
@@ -258,7 +262,7 @@ def main() -> None:
         "act_us": {"rl_lightning": best(fa, 0), "hand_written": best(ha, 0)},
         "act_ratio": best(fa, 0) / best(ha, 0),
         "act_cpu_ratio": best(fa, 1) / best(ha, 1),
-        "settings": vars(args) | {"batch": BATCH, "hidden": HIDDEN, "threads": 1},
+        "settings": vars(args) | {"batch": BATCH, "hidden": HIDDEN, "threads": 1, "adam_foreach": foreach},
     }
     if compiled:
         result["compiled_update_us"] = best(compiled, 0)

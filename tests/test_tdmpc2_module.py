@@ -17,8 +17,8 @@ from tensordict import TensorDict
 from rl_lightning.algos.tdmpc2 import TDMPC2
 from rl_lightning.algos.tdmpc2.module import parse_model_size
 from rl_lightning.cli.run import build_module, env_config
-from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
 TINY = {"latent_dim": 32, "mlp_dim": 32, "enc_dim": 32}
 TINY_PLAN = {"num_samples": 32, "num_elites": 4, "num_pi_trajs": 4, "iterations": 2}
