@@ -1,4 +1,5 @@
-"""Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state.
+"""Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state, and
+the deterministic policies ``RLModule.export_policy`` returns.
 
 Everything here is device-side and free of host syncs, so it can sit inside compiled and CUDA-graphed hot
 paths.
@@ -15,7 +16,15 @@ from torchrl.data import Bounded, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError
 
-__all__ = ["ActionScaler", "LinearSchedule", "PerEnvState", "episode_start", "polyak_update"]
+__all__ = [
+    "ActionScaler",
+    "GreedyPolicy",
+    "LinearSchedule",
+    "PerEnvState",
+    "ScaledActorPolicy",
+    "episode_start",
+    "polyak_update",
+]
 
 
 class ActionScaler(nn.Module):
@@ -59,6 +68,44 @@ class ActionScaler(nn.Module):
     def from_env(self, action: Tensor) -> Tensor:
         """The env's bounds -> ``[-1, 1]`` (clamped)."""
         return ((action - self.bias) / self.scale).clamp(-1, 1)
+
+
+class GreedyPolicy(nn.Module):
+    """``observation [N, *obs_shape] -> argmax_a scores(s)_a [N]``, for export.
+
+    The deterministic policy of every algorithm that acts greedily on per-action scores: DQN's Q-values,
+    the distributional family's (distorted) expected returns, discrete SAC's actor logits.
+
+    Args:
+        scores: ``[N, *obs_shape] -> [N, n_actions]``, exactly what the algorithm's ``act_eval`` maximises.
+    """
+
+    def __init__(self, scores: nn.Module) -> None:
+        super().__init__()
+        self.scores = scores
+
+    def forward(self, observation: Tensor) -> Tensor:
+        return self.scores(observation.float()).argmax(-1)
+
+
+class ScaledActorPolicy(nn.Module):
+    """``observation [N, *obs_shape] -> actions.to_env(actor(s)) [N, A]``, for export.
+
+    The deterministic policy of the actor-critics: an actor whose action lies in ``[-1, 1]``, mapped to
+    the env's bounds as ``act_eval`` maps it.
+
+    Args:
+        actor: ``[N, *obs_shape] -> [N, A]`` in ``[-1, 1]`` (the deterministic action ``act_eval`` takes).
+        actions: the algorithm's :class:`ActionScaler`.
+    """
+
+    def __init__(self, actor: nn.Module, actions: ActionScaler) -> None:
+        super().__init__()
+        self.actor = actor
+        self.actions = actions
+
+    def forward(self, observation: Tensor) -> Tensor:
+        return self.actions.to_env(self.actor(observation.float()))
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import LinearSchedule, polyak_update
+from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, polyak_update
 
 __all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
@@ -61,17 +61,6 @@ class DuelingHead(nn.Module):
         h = self.trunk(obs)
         adv = self.advantage(h)
         return self.value(h) + adv - adv.mean(-1, keepdim=True)
-
-
-class GreedyPolicy(nn.Module):
-    """``observation [N, obs_dim] -> argmax_a Q(s, a) [N]``: DQN's deterministic policy for export."""
-
-    def __init__(self, q_net: nn.Module) -> None:
-        super().__init__()
-        self.q_net = q_net
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.q_net(observation.float()).argmax(-1)
 
 
 def td_targets(

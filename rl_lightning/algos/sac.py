@@ -29,8 +29,8 @@ from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import LossModule, SACLoss, SoftUpdate, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler
-from rl_lightning.nn.actor_critic import GaussianActorNet, QNet
+from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy
+from rl_lightning.nn.actor_critic import GaussianActorNet, QNet, TanhMean
 
 __all__ = ["SAC", "SoftActorCritic"]
 
@@ -253,3 +253,7 @@ class SAC(SoftActorCritic):
         loc, _ = self.actor_net(td.get("observation").float())
         td.set("action", self.actions.to_env(torch.tanh(loc)))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """``tanh(mean)`` of the actor, in the env's bounds (what ``act_eval`` does)."""
+        return ScaledActorPolicy(TanhMean(self.actor_net), self.actions)

@@ -19,12 +19,14 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
+from torch import nn
 from torch.distributions import Categorical as CategoricalDist
 from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import DiscreteSACLoss
 
 from rl_lightning.algos.base import IncompatibleEnvError
+from rl_lightning.algos.common import GreedyPolicy
 from rl_lightning.algos.sac import SoftActorCritic
 from rl_lightning.nn.actor_critic import mlp_head
 
@@ -124,3 +126,7 @@ class DiscreteSAC(SoftActorCritic):
         """The most probable action."""
         td.set("action", self.actor_net(td.get("observation").float()).argmax(-1))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """The most probable action: the argmax of the actor's logits (what ``act_eval`` does)."""
+        return GreedyPolicy(self.actor_net)

@@ -27,7 +27,7 @@ from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler
+from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
 __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
@@ -77,6 +77,7 @@ class DeterministicActorCritic(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    ddp_find_unused_parameters = True  # the critic's backward skips the actor; the actor's, the critics
     loss_module: LossModule
 
     def __init__(
@@ -156,6 +157,10 @@ class DeterministicActorCritic(RLModule):
         """The actor's action, without noise."""
         td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """The actor's action without noise, in the env's bounds (what ``act_eval`` does)."""
+        return ScaledActorPolicy(self.actor_net, self.actions)
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """The base class's training step on samples marked by the actor schedule.

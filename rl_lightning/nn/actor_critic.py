@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchrl.modules import MLP
 
-__all__ = ["DeterministicActorNet", "GaussianActorNet", "QNet", "mlp_head"]
+__all__ = ["DeterministicActorNet", "GaussianActorNet", "QNet", "TanhMean", "mlp_head"]
 
 #: Range of the Gaussian actor's log standard deviation (as in CleanRL's SAC and the SAC reference code).
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -52,6 +52,22 @@ class GaussianActorNet(nn.Module):
         loc, log_std = self.net(observation).chunk(2, dim=-1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
         return loc, log_std.exp()
+
+
+class TanhMean(nn.Module):
+    """A :class:`GaussianActorNet`'s deterministic action ``tanh(loc)``, in ``[-1, 1]`` (SAC's evaluation).
+
+    Shapes:
+        input ``[..., obs_dim]``; output ``[..., A]``.
+    """
+
+    def __init__(self, actor: GaussianActorNet) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, observation: Tensor) -> Tensor:
+        loc, _ = self.actor(observation)
+        return torch.tanh(loc)
 
 
 class DeterministicActorNet(nn.Module):

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, polyak_update
+from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, polyak_update
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.nn.layers import Ensemble
@@ -83,6 +83,7 @@ class ACIQN(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    ddp_find_unused_parameters = True  # the critic step's backward skips the actor; the actor's, the critics
 
     def __init__(
         self,
@@ -175,6 +176,11 @@ class ACIQN(RLModule):
         """The actor's deterministic action."""
         td.set("action", self.actions.to_env(self.policy(td.get("observation"))))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """The actor's deterministic action in the env's bounds (what ``act_eval`` does; the risk distortion
+        shapes the actor's training objective only, not how it acts)."""
+        return ScaledActorPolicy(self.actor, self.actions)
 
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
         return self.update(self.schedule(batch))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.quantile.math import categorical_projection
@@ -25,6 +25,20 @@ from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discou
 from rl_lightning.nn.quantile import DistributionalQNet
 
 __all__ = ["C51"]
+
+
+class _ExpectedReturn(nn.Module):
+    """``observation -> Q(s, a) = sum_k softmax_k z_k`` ``[N, A]`` of the noise-free network (for export)."""
+
+    support: Tensor
+
+    def __init__(self, net: nn.Module, support: Tensor) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("support", support)
+
+    def forward(self, observation: Tensor) -> Tensor:
+        return torch.log_softmax(self.net(observation, False).float(), dim=-1).exp() @ self.support
 
 
 class C51(DiscreteDistributional):
@@ -106,6 +120,9 @@ class C51(DiscreteDistributional):
     def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
         """:math:`Q(s, a) = \\sum_k p_k(s, a) z_k`, ``[B, A]``."""
         return self.log_probs(observation, noisy).exp() @ self.support
+
+    def eval_q(self) -> nn.Module:
+        return _ExpectedReturn(self.online, self.support)
 
     def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
         """Cross-entropy to the projected target per transition ``[B]``; the mean Q of the taken actions."""

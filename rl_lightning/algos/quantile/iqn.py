@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.quantile.math import check_risk, distort, midpoint_fractions, quantile_huber_loss
@@ -18,6 +18,22 @@ from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discou
 from rl_lightning.nn.quantile import ImplicitQuantileNet
 
 __all__ = ["IQN"]
+
+
+class _FixedFractionMean(nn.Module):
+    """``observation -> (1/K) sum_k Z_{tau_k}(s, a)`` ``[N, A]`` at fixed fractions ``tau [K]`` (already
+    distorted), noise-free network: IQN's evaluation estimate (for export)."""
+
+    tau: Tensor
+
+    def __init__(self, net: nn.Module, tau: Tensor) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("tau", tau)
+
+    def forward(self, observation: Tensor) -> Tensor:
+        tau = self.tau.expand(observation.shape[0], -1)
+        return self.net(observation, tau, False).float().mean(-2)
 
 
 class IQN(DiscreteDistributional):
@@ -131,6 +147,11 @@ class IQN(DiscreteDistributional):
 
     def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
         return self.distorted_q(observation, noisy, explore)
+
+    def eval_q(self) -> nn.Module:
+        """The distorted mean over the fixed grid, as ``act_eval`` computes it (the distortion, a function of
+        the grid alone, is applied here once: the exported file holds the distorted fractions)."""
+        return _FixedFractionMean(self.online, self.distort(self.policy_fractions).detach().clone())
 
     def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
         """Quantile Huber loss per transition ``[B]``, sampled fractions; mean Q of the taken actions."""

@@ -3,7 +3,8 @@
 C51, QR-DQN and IQN differ in what their network outputs and in the loss; everything else lives here:
 
 - epsilon-greedy acting on the (distorted) expected Q-values, batched over envs, without host syncs;
-  ``act_eval`` greedy with the noisy layers off;
+  ``act_eval`` greedy with the noisy layers off, and ``export_policy`` the same greedy policy as a plain
+  module (each member supplies its deterministic Q-values as one, :meth:`DiscreteDistributional.eval_q`);
 - one update: fresh noise for the online and the target network (independent samples, as in
   Fortunato et al. 2018), the per-sample loss weighted by the prioritized-replay importance weights, one
   Adam step with gradient clipping, the target update, and the per-sample loss as the new priority
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import LinearSchedule, polyak_update
+from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, polyak_update
 from rl_lightning.nn.noisy import reset_noise
 
 __all__ = ["DiscreteDistributional", "td_discount"]
@@ -125,6 +126,13 @@ class DiscreteDistributional(RLModule):
         """
 
     @abstractmethod
+    def eval_q(self) -> nn.Module:
+        """The Q-values ``act_eval`` maximises as a plain module, ``[N, obs_dim] -> [N, A]`` (for export).
+
+        Noisy layers off, no randomness; it shares the online network's parameters.
+        """
+
+    @abstractmethod
     def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
         """The distributional loss of each transition ``[B]`` and the mean Q of the taken actions (scalar)."""
 
@@ -157,6 +165,10 @@ class DiscreteDistributional(RLModule):
         obs = td.get("observation").float()
         td.set("action", self.q_values(obs, noisy=False, explore=False).argmax(-1))
         return td
+
+    def export_policy(self) -> nn.Module:
+        """The greedy policy of ``act_eval``: the argmax of :meth:`eval_q`."""
+        return GreedyPolicy(self.eval_q())
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """One step on ``batch`` (``[B]`` transitions).

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.quantile.math import midpoint_fractions, quantile_huber_loss
@@ -19,6 +19,17 @@ from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discou
 from rl_lightning.nn.quantile import DistributionalQNet
 
 __all__ = ["QRDQN"]
+
+
+class _QuantileMean(nn.Module):
+    """``observation -> Q(s, a)``, the mean of the noise-free network's quantiles, ``[N, A]`` (for export)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, observation: Tensor) -> Tensor:
+        return self.net(observation, False).float().mean(-1)
 
 
 class QRDQN(DiscreteDistributional):
@@ -98,6 +109,9 @@ class QRDQN(DiscreteDistributional):
     def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
         """:math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`, ``[B, A]``."""
         return self.quantiles(observation, noisy).mean(-1)
+
+    def eval_q(self) -> nn.Module:
+        return _QuantileMean(self.online)
 
     def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
         """Quantile Huber loss per transition ``[B]``; and the mean Q of the taken actions."""
