@@ -402,6 +402,31 @@ def test_aciqn_update_counter_is_checkpointed() -> None:
     assert fresh.num_updates == 3
 
 
+def test_aciqn_training_step_schedules_every_sample_of_a_round() -> None:
+    m = make_aciqn(policy_delay=2)
+
+    class Round:  # the data path's round of samples: iterable, with feedback for each update's output
+        def __init__(self) -> None:
+            self.fed = []
+
+        def __iter__(self):
+            return (continuous_batch(i) for i in range(4))
+
+        def __len__(self) -> int:
+            return 4
+
+        def feedback(self, output) -> None:
+            self.fed.append(output)
+
+    samples = Round()
+    out = m.training_step(samples, 0)
+    assert out["updates"] == 4 and len(samples.fed) == 4 and m.num_updates == 4
+    # The critics stepped at every update, the actor at the second and the fourth.
+    assert {float(s["step"]) for s in m.optimizer(1).state.values()} == {4.0}
+    assert {float(s["step"]) for s in m.optimizer(0).state.values()} == {2.0}
+    assert m.training_step(continuous_batch(5), 0)["updates"] == 1 and m.num_updates == 5
+
+
 # --------------------------------------------------------------------------------- through the real data path
 #: Small networks: these runs check the wiring of the replay feedback, not learning.
 SMALL = {
@@ -423,7 +448,11 @@ class LastOutput(L.Callback):
         self.priorities_after = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.output = outputs.clone()
+        # ``training_step`` returns {"metrics": the round's last output, "updates": n}.
+        output = outputs["metrics"]
+        if output is None:  # a round cut short by the end of the budget
+            return
+        self.output = output.clone()
         self.priorities_after = trainer.datamodule.replay.sampler._priority.clone()
 
 

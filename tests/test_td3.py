@@ -11,7 +11,8 @@ from test_sac import check_per_and_n_step, fit_with_per_and_n_step
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
-from rl_lightning.algos.td3 import CRITIC_ONLY, DDPG, TD3, _ScheduledRound
+from rl_lightning.algos.common import ScheduledRound
+from rl_lightning.algos.td3 import CRITIC_ONLY, DDPG, TD3
 
 OBS, ACT, B = 3, 2, 64
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
@@ -185,7 +186,7 @@ def test_training_step_schedules_every_sample_of_a_round():
             self.fed.append(output)
 
     samples = Round()
-    scheduled = _ScheduledRound(samples, m.schedule)
+    scheduled = ScheduledRound(samples, m.schedule)
     marked = [CRITIC_ONLY in s.keys() for s in scheduled]
     assert marked == [True, False, True, True, False] and m.num_updates == 6  # updates 2..6: 3 and 6 step
     assert len(scheduled) == 5

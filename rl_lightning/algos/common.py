@@ -1,13 +1,15 @@
-"""Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state, and
-the deterministic policies ``RLModule.export_policy`` returns.
+"""Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state, the
+delayed actor's scheduled rounds of samples, and the deterministic policies ``RLModule.export_policy``
+returns.
 
-Everything here is device-side and free of host syncs, so it can sit inside compiled and CUDA-graphed hot
-paths.
+The tensor parts are device-side and free of host syncs, so they can sit inside compiled and CUDA-graphed
+hot paths; :class:`ScheduledRound` works on the host, between updates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -22,6 +24,7 @@ __all__ = [
     "LinearSchedule",
     "PerEnvState",
     "ScaledActorPolicy",
+    "ScheduledRound",
     "episode_start",
     "polyak_update",
 ]
@@ -142,6 +145,28 @@ class LinearSchedule(nn.Module):
     def forward(self, frames: Tensor) -> Tensor:
         frac = (frames / float(self.duration)).clamp(max=1.0)
         return self.bounds[0] + (self.bounds[1] - self.bounds[0]) * frac
+
+
+class ScheduledRound:
+    """A round of replay samples from the data path whose samples pass through ``schedule`` as they are drawn.
+
+    The algorithms with a delayed actor (TD3, DDPG, AC-IQN) mark each sample critic-only or not on the host
+    (their ``schedule``), one by one, so the counter follows the updates. Everything else (``feedback``,
+    ``len``) is the round's own.
+    """
+
+    def __init__(self, samples: Any, schedule: Callable[[TensorDictBase], TensorDictBase]) -> None:
+        self._samples = samples
+        self._schedule = schedule
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        return (self._schedule(sample) for sample in self._samples)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._samples, name)
 
 
 def episode_start(td: TensorDictBase) -> Tensor | None:

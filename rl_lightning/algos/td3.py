@@ -16,7 +16,7 @@ CUDA-graphed one has one graph per input signature (critic-only and full), both 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy
+from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, ScheduledRound
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
 __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
@@ -36,26 +36,6 @@ __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
 CRITIC_ONLY = "critic_only"
 #: Checkpoint entry of the host-side update counter that schedules the delayed actor.
 _COUNTER_KEY = "actor_critic_updates"
-
-
-class _ScheduledRound:
-    """A round of replay samples whose samples pass through ``schedule`` as they are drawn.
-
-    Everything else (``feedback``, ``len``) is the round's own.
-    """
-
-    def __init__(self, samples: Any, schedule: Callable[[TensorDictBase], TensorDictBase]) -> None:
-        self._samples = samples
-        self._schedule = schedule
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        return (self._schedule(sample) for sample in self._samples)
-
-    def __len__(self) -> int:
-        return len(self._samples)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._samples, name)
 
 
 class DeterministicActorCritic(RLModule):
@@ -170,7 +150,7 @@ class DeterministicActorCritic(RLModule):
         """
         if isinstance(batch, TensorDictBase):
             return super().training_step(self.schedule(batch), batch_idx)
-        return super().training_step(_ScheduledRound(batch, self.schedule), batch_idx)
+        return super().training_step(ScheduledRound(batch, self.schedule), batch_idx)
 
     def schedule(self, batch: TensorDictBase) -> TensorDictBase:
         """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, polyak_update
+from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, ScheduledRound, polyak_update
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.nn.layers import Ensemble
@@ -182,8 +182,15 @@ class ACIQN(RLModule):
         shapes the actor's training objective only, not how it acts)."""
         return ScaledActorPolicy(self.actor, self.actions)
 
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> TensorDictBase:
-        return self.update(self.schedule(batch))
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """The base class's training step on samples marked by the actor schedule.
+
+        ``batch`` is one replay sample or a round of them from the data path; each sample is scheduled
+        as it is drawn, so the counter follows the updates one by one.
+        """
+        if isinstance(batch, TensorDictBase):
+            return super().training_step(self.schedule(batch), batch_idx)
+        return super().training_step(ScheduledRound(batch, self.schedule), batch_idx)
 
     def schedule(self, batch: TensorDictBase) -> TensorDictBase:
         """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
