@@ -7,12 +7,17 @@ They meet a LightningModule through a small duck-typed protocol (see ``callbacks
 Recommended order in the callback list (hot-path wrappers wrap what is already there in ``on_fit_start``):
 ``NonBlockingTransfer, TF32, FusedOptimizer, MixedPrecision, TorchCompile, CudaGraphs, GPUMonitor,
 ThroughputMonitor, CudaCacheClearing``. ``CudaGraphs`` refuses to be listed before ``TorchCompile``.
+
+``HockeyCurriculum`` is the one training callback here. It depends on the same packages only: it reaches
+the training envs through a duck-typed data module method (``call_training_envs``) and the hockey env's
+``set_curriculum``, never by importing ``rl_lightning``.
 """
 
 from callbacks.cuda_cache_clearing import CudaCacheClearing
 from callbacks.cuda_graphs import CudaGraphs
 from callbacks.fused_optimizer import FusedOptimizer
 from callbacks.gpu_monitor import GPUMonitor
+from callbacks.hockey_curriculum import HockeyCurriculum
 from callbacks.mixed_precision import MixedPrecision
 from callbacks.non_blocking_transfer import NonBlockingTransfer
 from callbacks.tf32 import TF32
@@ -25,6 +30,7 @@ __all__ = [
     "CudaGraphs",
     "FusedOptimizer",
     "GPUMonitor",
+    "HockeyCurriculum",
     "MixedPrecision",
     "NonBlockingTransfer",
     "ThroughputMonitor",

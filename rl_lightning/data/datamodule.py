@@ -34,7 +34,7 @@ from rl_lightning.data.replay import (
     resolve_replay,
 )
 from rl_lightning.data.safety import check_replay_dir
-from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.envs.factory import EnvConfig, make_env, make_gym_env
 
 __all__ = ["MAX_UPDATES_PER_BATCH", "CollectConfig", "ExperienceStream", "RLDataModule", "UpdateRound"]
 
@@ -261,6 +261,9 @@ class RLDataModule(L.LightningDataModule):
         self.rank = 0
         self.world_size = 1
         self.collector: Any = None
+        #: The live collector's training env (``collect.workers=0``), ``None`` between collectors.
+        self.training_env: Any = None
+        self._env_calls: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, stage: str) -> None:
@@ -282,8 +285,36 @@ class RLDataModule(L.LightningDataModule):
     def close_collector(self) -> None:
         """Shuts the collector (and its worker processes) down; idempotent."""
         collector, self.collector = self.collector, None
+        self.training_env = None
         if collector is not None:
             collector.shutdown()
+
+    def call_training_envs(self, method: str, **kwargs: Any) -> None:
+        """Calls ``method(**kwargs)`` on every training env, now and on the envs of every later collector.
+
+        This is how a callback changes what the training envs play (hockey's ``set_curriculum``): the
+        latest call of each method is kept and repeated on freshly built envs before their first reset.
+        With no live envs the call is tried on a probe env, so a wrong one fails before the first frame.
+
+        Raises:
+            ValueError: ``collect.workers > 0``: the envs live in TorchRL's worker processes, out of reach.
+            AttributeError: the env has no such method (or whatever the method raises for bad arguments).
+        """
+        if self.collect.workers:
+            raise ValueError(
+                f"collect.workers={self.collect.workers}: the training envs live in TorchRL's worker "
+                f"processes, where {method}() cannot reach them; set collect.workers=0 "
+                "(env.vectorization=async still steps the envs in processes of their own)."
+            )
+        if self.training_env is not None:
+            self.training_env.call_gym_envs(method, **kwargs)
+        else:
+            probe = make_gym_env(self.env_cfg)
+            try:
+                probe.get_wrapper_attr(method)(**kwargs)
+            finally:
+                probe.close()
+        self._env_calls[method] = dict(kwargs)
 
     def stop_now(self, local: bool) -> bool:
         """Whether to stop now: ``local``, a stop request or ``trainer.should_stop`` on any rank.
@@ -430,8 +461,12 @@ class RLDataModule(L.LightningDataModule):
                 init_random_frames=random_share,
                 **common,
             )
+        env = make_env(self.env_cfg, seed=seed)
+        for method, kwargs in self._env_calls.items():  # before the collector's first reset
+            env.call_gym_envs(method, **kwargs)
+        self.training_env = env
         collector = Collector(
-            make_env(self.env_cfg, seed=seed),
+            env,
             _Policy(module),
             frames_per_batch=self.collect.frames_per_batch,
             track_traj_ids=self.replay_cfg.slice_len is not None,

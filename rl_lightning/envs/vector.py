@@ -224,6 +224,22 @@ class GymVecEnv(EnvBase):
         for i, space in enumerate(spaces):
             space.seed(seed + i)
 
+    def call_gym_envs(self, method: str, **kwargs: Any) -> None:
+        """Calls ``method(**kwargs)`` of every gymnasium env (found through its wrappers), wherever it runs.
+
+        In ``sync`` mode the envs are called here; in ``async`` mode gymnasium sends the call (its
+        arguments pickled) to the worker processes. A way to change what the envs do during training, for
+        example hockey's ``set_curriculum``.
+
+        Raises:
+            AttributeError: the envs have no such method.
+        """
+        if self._vec is not None:
+            self._vec.call(method, **kwargs)
+            return
+        for env in self.envs:
+            env.get_wrapper_attr(method)(**kwargs)
+
     def close(self, *, raise_if_closed: bool = True) -> None:
         for env in self.envs:
             env.close()

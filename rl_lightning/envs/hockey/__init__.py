@@ -16,6 +16,7 @@ from rl_lightning.envs.hockey.single import (
     DISCRETE_ACTIONS,
     DiscreteActionWrapper,
     HockeyVsOpponentEnv,
+    PolicyOpponent,
     discrete_to_continuous,
     make_vs_opponent_discrete,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "HockeyEnv",
     "HockeyVsOpponentEnv",
     "Mode",
+    "PolicyOpponent",
     "discrete_to_continuous",
     "make_vs_opponent_discrete",
     "mirror_observation",

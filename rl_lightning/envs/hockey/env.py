@@ -118,6 +118,7 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
         self.render_mode = render_mode
         self._mode_mix: CategoricalMix[Mode] | None = None
+        self._next_mode: Mode | None = None  # a fixed mode set by set_mode, taken at the next reset
         if isinstance(mode, Mapping):
             self._mode_mix = CategoricalMix(mode, Mode.coerce, "mode")
             mode = self._mode_mix.choices[0]
@@ -142,8 +143,25 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
 
     @property
     def mode_mix(self) -> CategoricalMix[Mode] | None:
-        """The per-episode mode mix given as ``mode``, or ``None`` for a fixed mode."""
+        """The per-episode mode mix (given as ``mode`` or to :meth:`set_mode`), ``None`` for a fixed mode."""
         return self._mode_mix
+
+    def set_mode(self, mode: Mode | str | int | Mapping[Mode | str | int, float]) -> None:
+        """Sets the mode, or the per-episode mode mix, of the episodes from the next reset on.
+
+        The episode under way keeps its mode: a curriculum that moves on during training changes what the
+        envs play without cutting an episode short.
+
+        Args:
+            mode: as the constructor's ``mode`` (a :class:`Mode`, its name or value, or a mix).
+
+        Raises:
+            ValueError: an unknown mode or a bad mix (nothing is changed then).
+        """
+        if isinstance(mode, Mapping):
+            self._mode_mix, self._next_mode = CategoricalMix(mode, Mode.coerce, "mode"), None
+        else:
+            self._mode_mix, self._next_mode = None, Mode.coerce(mode)
 
     @property
     def world(self) -> HockeyWorld:
@@ -183,11 +201,14 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         options = options or {}
         if options.get("mode") is not None:
             self._mode = Mode.coerce(options["mode"])
-            self._mode_mix = None
+            self._mode_mix = self._next_mode = None
             self._set_mode_constants()
         elif self._mode_mix is not None:
             # A curriculum: each episode draws its mode (and so its start positions and time limit).
             self._mode = self._mode_mix.draw(self.np_random)
+            self._set_mode_constants()
+        elif self._next_mode is not None:
+            self._mode, self._next_mode = self._next_mode, None
             self._set_mode_constants()
         if seed is not None:
             self._world.build()

@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from rl_lightning.envs.hockey.constants import Mode
@@ -14,7 +15,7 @@ from rl_lightning.envs.hockey.env import ACTION_DIM, CategoricalMix, HockeyEnv
 from rl_lightning.envs.hockey.opponent import BasicOpponent
 
 OpponentPolicy = Callable[[np.ndarray], Any]
-OpponentSpec = str | Mapping[str, float] | OpponentPolicy
+OpponentSpec = str | Mapping[str, float] | OpponentPolicy | torch.nn.Module
 
 _NAMED = ("weak", "strong")
 
@@ -43,12 +44,86 @@ def discrete_to_continuous(code: int) -> np.ndarray:
     return DISCRETE_ACTIONS[c].copy()
 
 
-def _opponent_name(name: Any) -> str:
-    """``"weak"`` or ``"strong"`` (any case) as a key of an opponent mix."""
-    key = str(name).strip().lower()
-    if key not in _NAMED:
-        raise ValueError(f"opponent mix keys must be 'weak' and/or 'strong', got {name!r}")
-    return key
+def _policy_name(name: Any, policies: Mapping[str, Any]) -> str:
+    """``"weak"``/``"strong"`` (any case) or the name of one of ``policies``, as a key of an opponent mix."""
+    key = str(name).strip()
+    if key.lower() in _NAMED:
+        return key.lower()
+    if key in policies:
+        return key
+    extra = f" or one of the given policies {sorted(policies)}" if policies else ""
+    raise ValueError(f"opponent mix keys must be 'weak', 'strong'{extra}, got {name!r}")
+
+
+class PolicyOpponent:
+    """A torch policy as a hockey opponent: ``obs18 (numpy) -> action4 (numpy float32)``.
+
+    The policy maps observations ``[N, 18]`` to actions, as ``RLModule.export_policy()`` returns it: four
+    continuous values per row (``[N, 4]``, clipped to [-1, 1] by the env) or a discrete code per row
+    (``[N]`` integers, mapped through :data:`DISCRETE_ACTIONS`). It runs on the CPU without gradients.
+
+    Args:
+        policy: the module (for self-play, a frozen copy of the agent's deterministic policy).
+
+    Example:
+        >>> opponent = PolicyOpponent(agent.export_policy())  # doctest: +SKIP
+        >>> env = HockeyVsOpponentEnv(opponent=opponent)  # doctest: +SKIP
+    """
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        self.policy = policy
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.asarray(obs, dtype=np.float32)).unsqueeze(0)
+        with torch.inference_mode():
+            out = self.policy(x)
+        if out.is_floating_point():
+            if out.numel() != ACTION_DIM:
+                raise ValueError(
+                    f"a policy opponent must return {ACTION_DIM} continuous actions or one discrete code "
+                    f"per observation, got shape {tuple(out.shape)}"
+                )
+            return out.reshape(ACTION_DIM).numpy()
+        if out.numel() != 1:
+            raise ValueError(f"a discrete policy opponent must return one code, got shape {tuple(out.shape)}")
+        return DISCRETE_ACTIONS[int(out.reshape(()))]
+
+
+def _as_policy(opponent: Any) -> OpponentPolicy:
+    """A torch module becomes a :class:`PolicyOpponent`; any other callable is used as it is."""
+    if isinstance(opponent, torch.nn.Module):
+        return PolicyOpponent(opponent)
+    if callable(opponent):
+        return opponent
+    raise TypeError(f"opponent must be a name, a mix dict or a callable, got {type(opponent).__name__}")
+
+
+class _OpponentChoice:
+    """A parsed opponent setting: a fixed name, a per-episode mix of names, or one callable."""
+
+    def __init__(
+        self, spec: OpponentSpec, policies: Mapping[str, OpponentPolicy | torch.nn.Module] | None = None
+    ) -> None:
+        named: dict[str, OpponentPolicy] = {}
+        for name, policy in (policies or {}).items():
+            if not isinstance(name, str) or not name.strip() or name.strip().lower() in _NAMED:
+                raise ValueError(f"policy opponents need names other than 'weak' and 'strong', got {name!r}")
+            named[name] = _as_policy(policy)
+        self.policies = named
+        self.mix: CategoricalMix[str] | None = None
+        self.fixed: str | None = None
+        self.callable: OpponentPolicy | None = None
+        if isinstance(spec, str):
+            self.fixed = _policy_name(spec, named)
+        elif isinstance(spec, Mapping):
+            self.mix = CategoricalMix(spec, lambda key: _policy_name(key, named), "opponent")
+        else:
+            self.callable = _as_policy(spec)
+
+    @property
+    def first(self) -> str | None:
+        """The name played before the first draw (the mix's first choice), ``None`` for a callable."""
+        return self.mix.choices[0] if self.mix is not None else self.fixed
 
 
 class HockeyVsOpponentEnv(HockeyEnv):
@@ -60,11 +135,15 @@ class HockeyVsOpponentEnv(HockeyEnv):
     Args:
         opponent: ``"weak"`` or ``"strong"`` (:class:`BasicOpponent`); a mix such as
             ``{"weak": 0.5, "strong": 0.5}``, drawn per episode from the env's generator; or any callable
-            ``obs18 -> action4`` (for example a saved agent, for self-play). A callable with a ``seed(int)``
-            method is reseeded on every seeded reset; the BasicOpponent always is.
+            ``obs18 -> action4`` (for example a saved agent, for self-play; a torch module mapping
+            ``[N, 18]`` observations to actions is wrapped in a :class:`PolicyOpponent`). A callable with a
+            ``seed(int)`` method is reseeded on every seeded reset; the BasicOpponent always is.
         mode: game mode (:class:`Mode`, name or value) or a per-episode mode mix (see :class:`HockeyEnv`).
         keep_mode: puck holding (see :class:`HockeyEnv`).
         render_mode: None, ``"rgb_array"`` or ``"human"``.
+
+    :meth:`set_curriculum` changes the mode and the opponent of the episodes that follow (a training
+    curriculum, self-play against snapshots of the agent).
 
     Example:
         >>> env = HockeyVsOpponentEnv(opponent={"weak": 0.7, "strong": 0.3})
@@ -84,40 +163,65 @@ class HockeyVsOpponentEnv(HockeyEnv):
         super().__init__(mode=mode, keep_mode=keep_mode, render_mode=render_mode)
         self.action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), dtype=np.float32)
         self._basic = BasicOpponent(weak=True, keep_mode=self.keep_mode)
-        self._opponent_mix: CategoricalMix[str] | None = None
-        self._uses_basic = True
         # The BasicOpponent is called through act_values: same floats as act, without the array round trip.
-        self._policy: OpponentPolicy
-        self.opponent_name: str
-        if isinstance(opponent, str):
-            name = opponent.strip().lower()
-            if name not in _NAMED:
-                raise ValueError(
-                    f"opponent must be 'weak', 'strong', a mix dict or a callable, got {opponent!r}"
-                )
+        self._policy: OpponentPolicy = self._basic.act_values
+        self._uses_basic = True
+        self.opponent_name: str = "weak"
+        self._choice = _OpponentChoice(opponent)
+        self._next_choice: _OpponentChoice | None = None
+        self._play(self._choice.first)
+        self._opponent_seeded = False
+
+    def _play(self, name: str | None) -> None:
+        """Makes ``name`` (or the callable, for ``None``) the opponent of the episode."""
+        choice = self._choice
+        if name is None:
+            self._policy = choice.callable  # type: ignore[assignment]
+            self._uses_basic = False
+            self.opponent_name = getattr(choice.callable, "__name__", type(choice.callable).__name__)
+        elif name in _NAMED:
             self._basic.weak = name == "weak"
             self._policy = self._basic.act_values
+            self._uses_basic = True
             self.opponent_name = name
-        elif isinstance(opponent, Mapping):
-            self._opponent_mix = CategoricalMix(opponent, _opponent_name, "opponent")
-            self._policy = self._basic.act_values
-            self.opponent_name = self._opponent_mix.choices[0]
-            self._basic.weak = self.opponent_name == "weak"
-        elif callable(opponent):
-            self._policy = opponent
-            self._uses_basic = False
-            self.opponent_name = getattr(opponent, "__name__", type(opponent).__name__)
         else:
-            raise TypeError(
-                f"opponent must be a name, a mix dict or a callable, got {type(opponent).__name__}"
-            )
-        self._opponent = opponent
-        self._opponent_seeded = False
+            self._policy = choice.policies[name]
+            self._uses_basic = False
+            self.opponent_name = name
 
     @property
     def opponent(self) -> OpponentPolicy:
         """The policy that plays player 2: the BasicOpponent or the given callable."""
         return self._basic if self._uses_basic else self._policy
+
+    @property
+    def opponent_mix(self) -> CategoricalMix[str] | None:
+        """The per-episode opponent mix in use, ``None`` for a fixed opponent."""
+        return self._choice.mix
+
+    def set_curriculum(
+        self,
+        mode: Mode | str | int | Mapping[Mode | str | int, float] | None = None,
+        opponent: OpponentSpec | None = None,
+        policies: Mapping[str, OpponentPolicy | torch.nn.Module] | None = None,
+    ) -> None:
+        """Changes what the episodes play from the next reset on (the episode under way is left alone).
+
+        Args:
+            mode: the mode or mode mix (see :meth:`HockeyEnv.set_mode`); ``None`` keeps it.
+            opponent: as the constructor's ``opponent``; a mix may also name ``policies``, for example
+                ``{"weak": 0.3, "strong": 0.4, "self_0": 0.15, "self_1": 0.15}``. ``None`` keeps it.
+            policies: named opponent policies (callables ``obs18 -> action4`` or torch modules, see
+                :class:`PolicyOpponent`) that ``opponent`` may name; they replace earlier ones.
+
+        Raises:
+            ValueError, TypeError: a bad mode or opponent (nothing is changed then).
+        """
+        choice = None if opponent is None else _OpponentChoice(opponent, policies)
+        if mode is not None:
+            self.set_mode(mode)
+        if choice is not None:
+            self._next_choice = choice
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -132,18 +236,21 @@ class HockeyVsOpponentEnv(HockeyEnv):
             The first observation and the info dict.
         """
         obs, info = super().reset(seed=seed, options=options)
+        if self._next_choice is not None:
+            self._choice, self._next_choice = self._next_choice, None
+            self._play(self._choice.first)
         if seed is not None or not self._opponent_seeded:
             # A spawned child keeps the opponent's stream independent of the env's start-position draws.
             child = np.random.SeedSequence(seed).spawn(1)[0]
             opponent_seed = int(child.generate_state(1, dtype=np.uint64)[0])
             self._basic.seed(opponent_seed)
-            reseed = getattr(self._opponent, "seed", None)
-            if not self._uses_basic and callable(reseed):
-                reseed(opponent_seed)
+            for policy in (self._choice.callable, *self._choice.policies.values()):
+                reseed = getattr(policy, "seed", None)
+                if callable(reseed):
+                    reseed(opponent_seed)
             self._opponent_seeded = True
-        if self._opponent_mix is not None:
-            self.opponent_name = self._opponent_mix.draw(self.np_random)
-            self._basic.weak = self.opponent_name == "weak"
+        if self._choice.mix is not None:
+            self._play(self._choice.mix.draw(self.np_random))
         return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
