@@ -533,13 +533,22 @@ class RLDataModule(L.LightningDataModule):
             module.set_frames(self.frames)
 
     def updates_due(self, new_frames: int) -> int:
-        """How many updates the update-to-data ratio grants for ``new_frames`` new frames."""
-        self._update_credit += new_frames * self.collect.updates_per_frame
+        """How many updates the update-to-data ratio grants for ``new_frames`` new frames.
+
+        With ``collect.warmup_burst``, the first grant after the warm-up is TD-MPC2's seeding burst: one
+        update per warm-up frame (this rank's share), whatever ``updates_per_frame``, as the reference
+        trainer runs ``seed_steps`` updates when seeding ends; the ratio applies only to the frames of that
+        collection past the warm-up, and to every later collection.
+        """
+        ratio = self.collect.updates_per_frame
         if self.collect.warmup_burst and not self._burst_done:
-            # TD-MPC2's seeding: one burst of as many updates as there were warm-up frames.
             self._burst_done = True
-            share = self.collect.warmup_frames / self.world_size  # this rank's warm-up frames
-            self._update_credit += share * self.collect.updates_per_frame
+            warmup = self.collect.warmup_frames
+            share = warmup / self.world_size  # this rank's warm-up frames
+            past = min(new_frames, max(0, self.frames - warmup) / self.world_size)
+            self._update_credit += share + past * ratio
+        else:
+            self._update_credit += new_frames * ratio
         n = int(self._update_credit)
         self._update_credit -= n
         return n
