@@ -20,6 +20,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from callbacks import HockeyCurriculum
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.sac import SAC
+from rl_lightning.cli import main
 from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.envs.factory import EnvConfig, make_env
@@ -402,6 +403,17 @@ def test_bad_configs_raise_one_clear_line(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
         HockeyCurriculum(**kwargs)
     assert str(err.value).startswith("HockeyCurriculum: ") and "\n" not in str(err.value)
+
+
+def test_the_cli_prints_a_bad_stage_as_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "+experiment=sac_hockey_curriculum", "logger=none", "device=cpu"]
+    assert main([*args, "callbacks.hockey_curriculum.stages=[{mode: SHOOT}]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: HockeyCurriculum: stage 0") and "unknown mode 'SHOOT'" in err
+    assert "\n" not in err and not (tmp_path / "runs").exists()
 
 
 def test_multi_process_collectors_are_refused_in_one_line() -> None:

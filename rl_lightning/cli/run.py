@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
@@ -177,7 +178,13 @@ def _callbacks(
             raise ValueError(
                 f"callbacks.{name} has no _target_; set it or disable it with callbacks.{name}=null."
             )
-        callbacks.append(instantiate(node, _convert_="all"))
+        try:
+            callbacks.append(instantiate(node, _convert_="all"))
+        except InstantiationException as err:
+            # A callback's argument check says what to fix in one line: show it, not Hydra's wrapper.
+            if isinstance(err.__cause__, ValueError):
+                raise err.__cause__ from None
+            raise
     return callbacks
 
 
