@@ -1,0 +1,208 @@
+"""Whole runs against Stable-Baselines3 on the same machine: wall time, frames/s, best and final evaluation.
+
+For each task and seed, two processes are started at once (same process tree, same moment, so they share
+whatever load the machine has): ``python -m rl_lightning fit +experiment=TASK seed=S`` and the same recipe
+in Stable-Baselines3 (rl-baselines3-zoo's hyperparameters for the task), each with one torch thread (the
+CLI's default ``torch_threads: 1``) and the same evaluation schedule (every ``eval.every_frames`` frames,
+10 deterministic episodes). The wall time of each is the whole process, imports and evaluations included.
+
+Recipes (both sides):
+
+- ``dqn_cartpole``: 50k frames, lr 2.3e-3, batch 64, buffer 100k, 1000 random frames, gamma 0.99, a hard
+  target copy every 10 updates, 128 updates every 256 frames, epsilon 1 -> 0.04 over 8k frames
+  (zoo: ``exploration_fraction`` 0.16 of 50k), [256, 256] ReLU nets.
+- ``sac_pendulum``: 20k frames, lr 1e-3, batch 256, buffer 1M, 100 random frames, one update per frame,
+  tau 0.005, gamma 0.99, automatic entropy, [256, 256] nets.
+
+    pip install 'rl_lightning[compare]'
+    python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum] [--seeds 0 1 2] [--workdir DIR]
+
+Writes ``benchmarks/results/sb3_compare.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _common import write
+
+#: Task -> frames, evaluation period and threshold of the project's figures.
+TASKS = {
+    "dqn_cartpole": {"frames": 50_000, "eval_every": 5_000, "threshold": 475.0},
+    "sac_pendulum": {"frames": 20_000, "eval_every": 1_000, "threshold": -200.0},
+}
+EVAL_EPISODES = 10
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def sb3_worker(task: str, seed: int, frames: int) -> dict:
+    """The task's zoo recipe trained by Stable-Baselines3 in this process: its curve and wall time."""
+    start = time.perf_counter()
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)
+    spec = TASKS[task]
+    curve: list[tuple[int, float]] = []
+    eval_env = gym.make("CartPole-v1" if task == "dqn_cartpole" else "Pendulum-v1")
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % spec["eval_every"] == 0:
+                mean, _ = evaluate_policy(
+                    self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True
+                )
+                curve.append((self.num_timesteps, float(mean)))
+            return True
+
+    if task == "dqn_cartpole":
+        model = DQN(
+            "MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+            learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+            exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs={"net_arch": [256, 256]},
+            seed=seed, device="cpu",
+        )  # fmt: skip
+    else:
+        model = SAC("MlpPolicy", gym.make("Pendulum-v1"), learning_rate=1e-3, seed=seed, device="cpu")
+    eval_env.reset(seed=10_000 + seed)
+    model.learn(total_timesteps=frames, callback=Evaluate())
+    return {"curve": curve, "in_process_s": time.perf_counter() - start}
+
+
+def start_ours(task: str, seed: int, workdir: Path, frames: int) -> subprocess.Popen:
+    cwd = workdir / f"ours_{task}_s{seed}"
+    cwd.mkdir(parents=True, exist_ok=True)
+    args = ["fit", f"+experiment={task}", f"seed={seed}", f"total_frames={frames}", "progress_bar=false"]
+    args += ["device=cpu"]
+    args += [f"eval.every_frames={TASKS[task]['eval_every']}", f"eval.episodes={EVAL_EPISODES}"]
+    cmd = [sys.executable, "-m", "rl_lightning", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_sb3(task: str, seed: int, frames: int) -> subprocess.Popen:
+    script = str(Path(__file__).resolve())
+    cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, float]]:
+    """Waits for the processes side by side; each one's last stdout line (JSON) and its own wall time."""
+    results: list[tuple[dict, float] | BaseException] = [RuntimeError("not finished")] * len(procs)
+
+    def wait(i: int) -> None:
+        out, err = procs[i].communicate()
+        wall = time.perf_counter() - start
+        if procs[i].returncode != 0:
+            results[i] = RuntimeError(err[-3000:])
+        else:
+            results[i] = (json.loads(out.strip().splitlines()[-1]), wall)
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(len(procs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
+
+
+def our_curve(workdir: Path, task: str, seed: int, run_dir: str) -> list[tuple[int, float]]:
+    import mlflow
+
+    cwd = workdir / f"ours_{task}_s{seed}"
+    client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    run_id = (cwd / run_dir / "mlflow_run_id").read_text().strip()
+    return sorted((int(m.step), m.value) for m in client.get_metric_history(run_id, "eval/return_mean"))
+
+
+def figures(curve: list[tuple[int, float]], wall: float, frames: int, threshold: float) -> dict:
+    first = next((f for f, v in curve if v >= threshold), None)
+    return {
+        "wall_s": round(wall, 1),
+        "frames_per_s": round(frames / wall, 1),
+        "best_eval": round(max(v for _, v in curve), 2),
+        "final_eval": round(curve[-1][1], 2),
+        "first_frames_at_threshold": first,
+        "curve": [[f, round(v, 2)] for f, v in curve],
+    }
+
+
+def compare(task: str, seed: int, workdir: Path, frames: int | None) -> dict:
+    spec = TASKS[task]
+    frames = frames or spec["frames"]
+    start = time.perf_counter()
+    ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames)
+    (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
+    mine = figures(
+        our_curve(workdir, task, seed, summary["run_dir"]), our_wall, summary["frames"], spec["threshold"]
+    )
+    base = figures(sb3["curve"], sb3_wall, frames, spec["threshold"])
+    return {
+        "task": task,
+        "seed": seed,
+        "rl_lightning": mine,
+        "stable_baselines3": base,
+        "wall_ratio": round(our_wall / sb3_wall, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_sb3")
+    parser.add_argument("--frames", type=int, help="frames per run instead of the task's (smoke runs)")
+    parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(sb3_worker(args.worker, args.seeds[0], args.frames or TASKS[args.worker]["frames"])))
+        return
+    from importlib import metadata
+
+    rows = []
+    for task in args.tasks:
+        for seed in args.seeds:
+            rows.append(compare(task, seed, args.workdir, args.frames))
+            print(json.dumps(rows[-1])[:400], flush=True)
+    summary = {}
+    for task in args.tasks:
+        mine = [r for r in rows if r["task"] == task]
+        summary[task] = {
+            "wall_ratio_mean": round(statistics.mean(r["wall_ratio"] for r in mine), 3),
+            "goal_wall_ratio": 0.8,
+            **{
+                f"{side}_{key}_mean": round(statistics.mean(r[side][key] for r in mine), 2)
+                for side in ("rl_lightning", "stable_baselines3")
+                for key in ("wall_s", "frames_per_s", "best_eval", "final_eval")
+            },
+        }
+    print(
+        write(
+            "sb3_compare" if args.frames is None else "sb3_compare_smoke",
+            {
+                "how": "both processes started at once per task and seed, one torch thread each; wall time "
+                "of the whole process (imports, evaluations and, for rl_lightning, checkpoints included)",
+                "stable_baselines3": metadata.version("stable-baselines3"),
+                "summary": summary,
+                "runs": rows,
+            },
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
