@@ -59,6 +59,29 @@ def test_workers_act_with_the_weights_of_the_module(sync: bool, tmp_path: Path, 
     assert cut < 1024 and (actions[cut:] == 1).all()
 
 
+def test_workers_of_an_actor_critic_act_with_the_weights_of_the_module(tmp_path: Path, monkeypatch) -> None:
+    """SAC's module holds a TorchRL loss (parameter dicts): its worker copies are rebuilt and synced too."""
+    monkeypatch.chdir(tmp_path)
+    cfg = compose([
+        "+experiment=sac_pendulum", "logger=none", "device=cpu", "progress_bar=false", "total_frames=256",
+        "collect.workers=2", "collect.frames_per_batch=32", "collect.warmup_frames=64",
+        "collect.updates_per_frame=0.03", "algo.actor_lr=1e-9", "algo.critic_lr=1e-9", "algo.alpha_lr=1e-9",
+        "eval.every_frames=0", "eval.episodes=1", "replay.capacity=1000",
+        "replay.batch_size=8",
+    ])  # fmt: skip
+    run = build_run(cfg)
+    last = [m for m in run.module.actor_net.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():  # mean action tanh(atanh(0.5)) = 0.5 (torque 1.0), the smallest spread
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.5493, -1000.0]))
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    assert run.datamodule.frames == 256
+    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+    acted = stored["action"].reshape(-1)[64:]  # after the random warm-up: the workers' policy
+    # Freshly built worker weights (no sync) would act around 0 with a wide spread.
+    torch.testing.assert_close(acted, torch.full_like(acted, 1.0), atol=0.05, rtol=0)
+
+
 def test_slices_from_several_workers_keep_their_trajectories_apart(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     cfg = compose([

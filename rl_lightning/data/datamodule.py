@@ -117,9 +117,9 @@ def _rebuild_worker_policy(
     cls: type, observation_spec: Any, action_spec: Any, hparams: dict[str, Any], state: dict[str, Any]
 ) -> _WorkerPolicy:
     module = cls(observation_spec=observation_spec, action_spec=action_spec, **hparams)
-    if any(v.is_meta for v in state.values()):
-        module = module.to("meta")
-    else:
+    # A meta state carries no values: the freshly built weights stay until TorchRL's weight sync replaces
+    # them (moving the module to the meta device instead fails for TorchRL loss modules' parameter dicts).
+    if not any(v.is_meta for v in state.values()):
         module.load_state_dict(state)
     return _WorkerPolicy(module)
 

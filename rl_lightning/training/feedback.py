@@ -19,7 +19,8 @@ class UpdateFeedback(L.Callback):
 
     ``training_step`` returns ``{"metrics": the last update's output, "updates": updates done}`` (a batch
     of the experience stream is a round of updates). Every ``log_every_n_updates`` updates the scalar
-    metrics of the latest update are logged as ``train/<name>`` (one host sync for all of them), with the
+    metrics of the latest update are logged as ``train/<name>`` (a name with a group of its own, such as
+    ``options/usage_min``, as it is; one host sync for all of them), with the
     data path's ``train/episodes``, ``train/episode_return`` and ``train/episode_length`` (means over the
     episodes finished since the last log, on every rank of a data-parallel run), against frames. The
     episodes finished after the last interval are logged at the end of the epoch. New replay priorities
@@ -50,8 +51,8 @@ class UpdateFeedback(L.Callback):
         if self._since_log >= self.log_every_n_updates:
             self._since_log = 0
             dm = trainer.datamodule
-            metrics: dict[str, Any] = {
-                f"train/{k}": v
+            metrics: dict[str, Any] = {  # a key with its own group ("options/usage_min") is kept as is
+                (k if "/" in k else f"train/{k}"): v
                 for k, v in outputs["metrics"].items()
                 if k != PRIORITY_KEY and isinstance(v, torch.Tensor) and v.dim() == 0
             }
