@@ -265,4 +265,10 @@ def build_run(cfg: DictConfig) -> Run:
         default_root_dir=str(run_dir),
         **trainer_kwargs,
     )
+    if datamodule.collect.backend == "ray" and trainer.world_size > 1:
+        # Every rank would start (or join) Ray and open its own weight-sync group beside DDP's.
+        raise CliError(
+            f"collect.backend=ray collects for one training process, not {trainer.world_size} ranks: "
+            "drop trainer=ddp, or use collect.backend=local (its workers run per rank)."
+        )
     return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop)

@@ -26,6 +26,7 @@ from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollecto
 
 from rl_lightning.algos.base import PRIORITY_KEY, ReplayRequirements
 from rl_lightning.data.nstep import NStepReturns
+from rl_lightning.data.ray_collect import check_ray_installed, make_ray_collector
 from rl_lightning.data.replay import (
     TRAJ_KEY,
     ReplayConfig,
@@ -55,12 +56,26 @@ class CollectConfig:
     warmup_burst: bool = False
     workers: int = 0
     sync_workers: bool = True
+    backend: str = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.total_frames < 1 or self.frames_per_batch < 1:
             raise ValueError("total_frames and collect.frames_per_batch must be positive.")
         if self.workers < 0:
             raise ValueError(f"collect.workers={self.workers} must be >= 0 (0: collect in this process).")
+        if self.backend not in ("local", "ray"):
+            raise ValueError(f"collect.backend={self.backend!r}: choose local or ray.")
+        if self.backend == "local" and self.ray_address is not None:
+            raise ValueError(
+                "collect.ray_address is for collect.backend=ray: set that too, or drop the address."
+            )
+        if self.backend == "ray":
+            if self.workers < 1:
+                raise ValueError(
+                    "collect.backend=ray needs collect.workers >= 1: the number of Ray collectors."
+                )
+            check_ray_installed()
         if self.updates_per_frame <= 0:
             raise ValueError("collect.updates_per_frame must be > 0 (for example 0.25 or 1).")
         if self.warmup_frames < 0:
@@ -283,7 +298,7 @@ class RLDataModule(L.LightningDataModule):
         self.close_collector()
 
     def close_collector(self) -> None:
-        """Shuts the collector (and its worker processes) down; idempotent."""
+        """Shuts the collector (its worker processes, its Ray actors and runtime) down; idempotent."""
         collector, self.collector = self.collector, None
         self.training_env = None
         if collector is not None:
@@ -424,7 +439,8 @@ class RLDataModule(L.LightningDataModule):
         decides how). ``collect.workers=W``: TorchRL's ``MultiSyncCollector`` (``sync_workers``, every
         worker contributes to each batch) or ``MultiAsyncCollector`` (the first ready worker's batch) over
         ``W`` processes that each step ``env.num_envs`` envs and act with their own copy of the module,
-        whose weights the stream refreshes before every collection.
+        whose weights the stream refreshes before every collection. ``collect.backend=ray``: the same
+        over ``W`` Ray actors, with TorchRL's ``RayCollector`` (:mod:`rl_lightning.data.ray_collect`).
         """
         module = self.trainer.lightning_module
         if self.nstep is not None:
@@ -447,13 +463,25 @@ class RLDataModule(L.LightningDataModule):
                 functools.partial(make_env, self.env_cfg, None, seed + w * self.env_cfg.num_envs)
                 for w in range(workers)
             ]
-            cls = MultiSyncCollector if self.collect.sync_workers else MultiAsyncCollector
             per_worker = max(1, self.collect.frames_per_batch // workers)
-            per_batch = self.collect.frames_per_batch if cls is MultiSyncCollector else per_worker
             # Every worker counts its own random warm-up frames: give each its share.
             random_left = common.pop("init_random_frames") or 0
             per_worker_random = math.ceil(random_left / workers)
             random_share = math.ceil(per_worker_random / per_worker) * per_worker or None
+            if self.collect.backend == "ray":
+                return make_ray_collector(
+                    makers,
+                    _WorkerPolicy(module),
+                    frames_per_worker=per_worker,
+                    sync=self.collect.sync_workers,
+                    random_frames_per_worker=random_share or 0,
+                    address=self.collect.ray_address,
+                    traj_start=self._next_traj_id() if self.replay_cfg.slice_len is not None else None,
+                    num_envs=self.env_cfg.num_envs,
+                    remaining_frames=max(0, self.collect.total_frames - self.frames),
+                )
+            cls = MultiSyncCollector if self.collect.sync_workers else MultiAsyncCollector
+            per_batch = self.collect.frames_per_batch if cls is MultiSyncCollector else per_worker
             return cls(
                 makers,
                 _WorkerPolicy(module),
