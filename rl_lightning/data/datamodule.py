@@ -279,6 +279,7 @@ class RLDataModule(L.LightningDataModule):
         #: The live collector's training env (``collect.workers=0``), ``None`` between collectors.
         self.training_env: Any = None
         self._env_calls: dict[str, dict[str, Any]] = {}
+        self._traj_offset = 0  # added to the trajectory ids of local worker collectors (resumed runs)
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, stage: str) -> None:
@@ -443,6 +444,7 @@ class RLDataModule(L.LightningDataModule):
         over ``W`` Ray actors, with TorchRL's ``RayCollector`` (:mod:`rl_lightning.data.ray_collect`).
         """
         module = self.trainer.lightning_module
+        self._traj_offset = 0
         if self.nstep is not None:
             self.nstep.reset()
         # A resumed run continues the seed sequence instead of replaying its first episodes.
@@ -482,6 +484,9 @@ class RLDataModule(L.LightningDataModule):
                 )
             cls = MultiSyncCollector if self.collect.sync_workers else MultiAsyncCollector
             per_batch = self.collect.frames_per_batch if cls is MultiSyncCollector else per_worker
+            # The workers number their trajectories from 0 (apart from each other): a resumed run shifts
+            # them past the ids already in the buffer as they arrive (add_frames).
+            self._traj_offset = self._next_traj_id()
             return cls(
                 makers,
                 _WorkerPolicy(module),
@@ -552,6 +557,9 @@ class RLDataModule(L.LightningDataModule):
             self.recent_returns.extend(returns)
             self._pending_episodes.extend(zip(returns, lengths))
             self.episodes += len(returns)
+        if self._traj_offset and TRAJ_KEY in batch.keys(True):
+            batch = batch.copy()  # a new entry, not a write into the collector's own buffers
+            batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self._traj_offset)
         if self.nstep is not None:
             batch = self.nstep(batch)
         self.replay.extend(batch.reshape(-1))
