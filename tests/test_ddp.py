@@ -84,6 +84,8 @@ def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_resumable_checkpoi
         [sys.executable, "-m", "rl_lightning", "fit", *DDP, "total_frames=200000", "logger=none"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
         start_new_session=True,  # its own process group: Ctrl-C in a terminal reaches every rank
+        # As from a terminal, even when the tests run in the background (which ignores SIGINT).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 240
     while (

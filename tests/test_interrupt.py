@@ -56,9 +56,17 @@ PHASES = {
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_ctrl_c_in_every_phase_leaves_a_checkpoint_that_resumes(
-    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    phase: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    # A process started in the background (nohup, `cmd &` in a script, some CI runners and test workers)
+    # inherits SIGINT ignored, and the run then rightly ignores it too: give this one a terminal's.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     owner, name, calls = PHASES[phase]
     if owner != "module":
         monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name), calls))
