@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,15 @@ BASE = [
     "eval.episodes=2",
     "checkpoint.every_frames=64",
 ]
+
+
+@pytest.fixture(autouse=True)
+def terminal_sigint() -> Iterator[None]:
+    """SIGINT as in a terminal. A process started in the background (nohup, `cmd &` in a script, some CI
+    runners and test workers) inherits SIGINT ignored, and the run then rightly ignores it too."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def _interrupting(original: Callable, calls_before: int) -> Callable:
@@ -56,17 +65,9 @@ PHASES = {
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_ctrl_c_in_every_phase_leaves_a_checkpoint_that_resumes(
-    phase: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    request: pytest.FixtureRequest,
+    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    # A process started in the background (nohup, `cmd &` in a script, some CI runners and test workers)
-    # inherits SIGINT ignored, and the run then rightly ignores it too: give this one a terminal's.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     owner, name, calls = PHASES[phase]
     if owner != "module":
         monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name), calls))
