@@ -5,11 +5,12 @@ MLPs each; soft clipped double-Q targets from target critics (next actions from 
 summed MSE critic losses, the actor loss against detached critics, the temperature loss towards
 ``-|A|``, one backward of the summed losses, three Adam steps (actor, critics, temperature) and a Polyak
 update of the target critics. The rl_lightning side is the real path: ``Trainer.fit`` with manual
-optimization calling ``training_step`` -> ``SAC.update`` (TorchRL's ``SACLoss``, critics vmapped as one
-ensemble), with ``UpdateFeedback`` logging every 100 updates, timed from the 11th batch to the last (the
-fit's setup and teardown excluded); acting is ``SAC.act``. The hand-written side is CleanRL-style code (two
-separate critic modules). A third timing calls ``SAC.update`` directly, without a Trainer, which splits the
-overhead into the loss's share (TorchRL's ``SACLoss`` against plain tensor code) and the training loop's
+optimization calling ``training_step`` -> ``SAC.update`` (tensor losses with ``SACLoss``'s math, the
+critics one batched MLP), with ``UpdateFeedback`` logging every 100 updates, timed from the 11th batch to
+the last (the fit's setup and teardown excluded); acting is ``SAC.act``. The hand-written side is
+CleanRL-style code (two separate critic modules). A third timing calls ``SAC.update`` directly, without a
+Trainer, which splits the overhead into the module's share (its losses and networks against the
+hand-written ones) and the training loop's
 (Lightning's loop, optimizer wrappers, ``UpdateFeedback``). Warm-up iterations are excluded; the sides
 alternate in blocks in one process and the best block of each is kept (the least disturbed by other load).
 Both wall-clock and process CPU time are reported: with one torch thread the CPU time counts this

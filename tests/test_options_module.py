@@ -70,12 +70,24 @@ def batch(
 
 
 # ------------------------------------------------------------------ one option, no terminations: SAC
-def copy_sac_into(options: SACOptions, sac: SAC | DiscreteSAC) -> None:
+def sac_critics(sac: SAC | DiscreteSAC) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """SAC's critic and target-critic parameters (each ``[E, ...]``) and its ``log(alpha)``."""
+    if isinstance(sac, SAC):
+        return list(sac.critic.parameters()), list(sac.target_critic.parameters()), sac.log_alpha
     loss = sac.loss_module
+    return (
+        list(loss.qvalue_network_params.values(True, True)),
+        list(loss.target_qvalue_network_params.values(True, True)),
+        loss.log_alpha,
+    )
+
+
+def copy_sac_into(options: SACOptions, sac: SAC | DiscreteSAC) -> None:
+    critic, target, _ = sac_critics(sac)
     pairs = [
         (options.actor_net.parameters(), sac.actor_net.parameters()),
-        (options.critic.parameters(), loss.qvalue_network_params.values(True, True)),
-        (options.target_critic.parameters(), loss.target_qvalue_network_params.values(True, True)),
+        (options.critic.parameters(), critic),
+        (options.target_critic.parameters(), target),
     ]
     with torch.no_grad():
         for dst, src in pairs:
@@ -96,7 +108,8 @@ def test_one_option_without_terminations_is_sac(discrete: bool) -> None:
     )
     options = make(discrete, num_options=1, terminations="never")
     copy_sac_into(options, sac)
-    assert options.target_entropy == pytest.approx(float(sac.loss_module.target_entropy))
+    sac_entropy = sac.loss_module.target_entropy if discrete else sac.target_entropy
+    assert options.target_entropy == pytest.approx(float(sac_entropy))
     for seed in range(3):
         data = batch(seed, discrete, options=seed > 0, k=1)  # also without the option keys (warm-up)
         torch.manual_seed(10 + seed)
@@ -105,12 +118,12 @@ def test_one_option_without_terminations_is_sac(discrete: bool) -> None:
         out = options.update(data.clone())
         for key in SAC_KEYS:
             torch.testing.assert_close(out[key], ref[key], atol=1e-6, rtol=1e-5)
-    loss = sac.loss_module
+    critic, target, log_alpha = sac_critics(sac)
     for mine, theirs in [
         (options.actor_net.parameters(), sac.actor_net.parameters()),
-        (options.critic.parameters(), loss.qvalue_network_params.values(True, True)),
-        (options.target_critic.parameters(), loss.target_qvalue_network_params.values(True, True)),
-        ([options.log_alpha], [loss.log_alpha]),
+        (options.critic.parameters(), critic),
+        (options.target_critic.parameters(), target),
+        ([options.log_alpha], [log_alpha]),
     ]:
         for a, b in zip(mine, theirs):
             torch.testing.assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)

@@ -12,13 +12,17 @@ import pytest
 import torch
 from cli_helpers import SMOKE, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import SACLoss, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
+from rl_lightning.nn.actor_critic import QNet
 from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACT, N_ACTIONS, B = 3, 2, 4, 64
@@ -64,49 +68,78 @@ def batch(seed: int = 1, terminated: float = 0.3, discrete: bool = False) -> Ten
     )
 
 
-def leaves(params) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in params.values(True, True)]
+def nets(m) -> dict[str, list[torch.Tensor]]:
+    """The live parameters of the actor, the critics, the target critics and the temperature."""
+    if isinstance(m, DiscreteSAC):
+        loss = m.loss_module
+        return {
+            "actor": list(loss.actor_network_params.values(True, True)),
+            "critic": list(loss.qvalue_network_params.values(True, True)),
+            "target": list(loss.target_qvalue_network_params.values(True, True)),
+            "alpha": [loss.log_alpha],
+        }
+    return {
+        "actor": list(m.actor_net.parameters()),
+        "critic": list(m.critic.parameters()),
+        "target": list(m.target_critic.parameters()),
+        "alpha": [m.log_alpha],
+    }
+
+
+def leaves(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in params]
 
 
 def q_values(m, td: TensorDict) -> torch.Tensor:
     """``[num_qvalue_nets, B]`` Q-values of the batch's (env-unit) actions."""
-    loss = m.loss_module
     with torch.no_grad():
-        x = m._loss_input(td)
-        out = loss._vmap_qnetworkN0(x.select(*loss.qvalue_network.in_keys), loss.qvalue_network_params)
+        if not isinstance(m, DiscreteSAC):
+            return m.critic(td["observation"], m.actions.from_env(td["action"])).squeeze(-1)
+        loss = m.loss_module
+        out = loss._vmap_qnetworkN0(td.select(*loss.qvalue_network.in_keys), loss.qvalue_network_params)
+    q = out["action_value"]
+    return q.gather(-1, td["action"].expand(q.shape[0], -1).unsqueeze(-1)).squeeze(-1)
+
+
+def critic_targets(m, td: TensorDict) -> torch.Tensor:
+    """The critics' targets ``[B]`` (from the update's first random draws)."""
     if isinstance(m, DiscreteSAC):
-        q = out["action_value"]
-        return q.gather(-1, td["action"].expand(q.shape[0], -1).unsqueeze(-1)).squeeze(-1)
-    return out["state_action_value"].squeeze(-1)
+        return m.loss_module._compute_target(m._loss_input(td))
+    return m.critic_targets(td, m.log_alpha.detach().exp())
+
+
+def loss_qvalue(m, td: TensorDict) -> torch.Tensor:
+    return m._losses(td)[0]["loss_qvalue"]
+
+
+def target_entropy(m) -> float:
+    return float(m.loss_module.target_entropy if isinstance(m, DiscreteSAC) else m.target_entropy)
 
 
 @pytest.mark.parametrize("factory", [make, make_discrete], ids=["sac", "discrete"])
 def test_update_moves_every_parameter_and_targets_only_by_polyak(factory):
     tau = 0.1
     m = factory(tau=tau)
-    loss = m.loss_module
-    actor0, critic0, target0 = (
-        leaves(loss.actor_network_params),
-        leaves(loss.qvalue_network_params),
-        leaves(loss.target_qvalue_network_params),
-    )
+    live = nets(m)
+    actor0, critic0, target0 = leaves(live["actor"]), leaves(live["critic"]), leaves(live["target"])
     assert all(torch.equal(a, b) for a, b in zip(critic0, target0))  # targets start as copies
+    assert not any(p.requires_grad for p in live["target"])
     with torch.no_grad():  # targets that differ from the critics, so the Polyak rule is visible
-        for p in loss.target_qvalue_network_params.values(True, True):
+        for p in live["target"]:
             p.add_(0.1 * torch.randn_like(p))
-    target0 = leaves(loss.target_qvalue_network_params)
-    alpha0 = loss.log_alpha.detach().clone()
+    target0 = leaves(live["target"])
+    alpha0 = leaves(live["alpha"])[0]
     out = m.update(batch(discrete=isinstance(m, DiscreteSAC)))
     assert set(out.keys()) == {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"}
     assert all(torch.isfinite(v) and v.dim() == 0 for v in out.values())
-    actor1, critic1 = leaves(loss.actor_network_params), leaves(loss.qvalue_network_params)
+    actor1, critic1 = leaves(live["actor"]), leaves(live["critic"])
     assert all(not torch.equal(a, b) for a, b in zip(actor0, actor1))
     assert all(not torch.equal(a, b) for a, b in zip(critic0, critic1))
-    assert not torch.equal(alpha0, loss.log_alpha.detach())
-    for t0, t1, w in zip(target0, leaves(loss.target_qvalue_network_params), critic1):
+    assert not torch.equal(alpha0, live["alpha"][0].detach())
+    for t0, t1, w in zip(target0, leaves(live["target"]), critic1):
         torch.testing.assert_close(t1, t0 + tau * (w - t0), rtol=1e-5, atol=1e-6)
     # The optimizer never touched the targets: one Polyak step away from the new critics, not equal to them.
-    assert all(not torch.allclose(t, w) for t, w in zip(leaves(loss.target_qvalue_network_params), critic1))
+    assert all(not torch.allclose(t, w) for t, w in zip(leaves(live["target"]), critic1))
 
 
 @pytest.mark.parametrize("factory", [make, make_discrete], ids=["sac", "discrete"])
@@ -114,16 +147,15 @@ def test_critic_loss_is_zero_at_the_fixed_point_and_its_step_moves_q_towards_the
     m = factory(critic_lr=1e-3)
     discrete = isinstance(m, DiscreteSAC)
     with torch.no_grad():  # identical critics, so one reward can be the fixed point of both
-        for p in m.loss_module.qvalue_network_params.values(True, True):
+        for p in nets(m)["critic"]:
             p[1:].copy_(p[:1].expand_as(p[1:]))
     td = batch(terminated=1.0, discrete=discrete)  # terminal transitions: the target is the reward
     q = q_values(m, td)
     td["next", "reward"] = q[0].unsqueeze(-1)
-    out = m.loss_module(m._loss_input(td))
-    assert out["loss_qvalue"].abs() < 1e-10
+    assert loss_qvalue(m, td).abs() < 1e-10
     # MSE as in the reference SACs (TorchRL's default is smooth-L1): two critics 2 off cost 2 * 2**2.
     td["next", "reward"] = q[0].unsqueeze(-1) + 2.0
-    torch.testing.assert_close(m.loss_module(m._loss_input(td))["loss_qvalue"], torch.tensor(8.0))
+    torch.testing.assert_close(loss_qvalue(m, td), torch.tensor(8.0))
     # Rewards one above Q: a critic step raises Q on the batch; one below: it lowers it.
     for shift in (1.0, -1.0):
         m2 = factory(critic_lr=1e-3)
@@ -154,29 +186,28 @@ def test_actor_step_raises_the_critics_value_of_its_actions():
 def test_alpha_step_moves_towards_the_target_entropy(target_entropy: float, direction: float):
     # Entropy below the target: alpha grows (more exploration); above it: alpha shrinks.
     m = make(target_entropy=target_entropy)
-    before = m.loss_module.log_alpha.detach().clone()
+    before = m.log_alpha.detach().clone()
     m.update(batch())
-    assert torch.sign(m.loss_module.log_alpha.detach() - before) == direction
+    assert torch.sign(m.log_alpha.detach() - before) == direction
 
 
 def test_discrete_target_entropy_is_a_fraction_of_the_largest():
     m = make_discrete(target_entropy_scale=0.5)
-    assert m.loss_module.target_entropy.item() == pytest.approx(0.5 * math.log(N_ACTIONS))
-    assert make().loss_module.target_entropy.item() == -ACT  # continuous: -|A|
+    assert target_entropy(m) == pytest.approx(0.5 * math.log(N_ACTIONS))
+    assert target_entropy(make()) == -ACT  # continuous: -|A|
 
 
 @pytest.mark.parametrize("factory", [make, make_discrete], ids=["sac", "discrete"])
 def test_n_step_transitions_are_discounted_by_gamma_to_the_steps(factory):
     gamma = 0.9
     m = factory(gamma=gamma)
-    td = m._loss_input(batch(terminated=0.0, discrete=isinstance(m, DiscreteSAC)))
+    td = batch(terminated=0.0, discrete=isinstance(m, DiscreteSAC))
     td["next", "reward"].zero_()
     targets = []
     for steps in (1, 3):
         td["steps_to_next_obs"] = torch.full((B, 1), steps)
         torch.manual_seed(5)  # the same sampled next actions
-        compute = getattr(m.loss_module, "_compute_target_v2", None) or m.loss_module._compute_target
-        targets.append(compute(td.clone()))
+        targets.append(critic_targets(m, td.clone()))
     torch.testing.assert_close(targets[1], gamma**2 * targets[0])
 
 
@@ -207,13 +238,70 @@ def test_prioritized_update_returns_the_larger_critic_td_error():
     td["index"] = torch.arange(10, 10 + B)
     td["priority_weight"] = torch.ones(B)
     torch.manual_seed(3)  # the target's sampled next actions are the loss's first random draws
-    y = m.loss_module._compute_target_v2(m._loss_input(td))
+    y = critic_targets(m, td)
     expected = (q_values(m, td) - y).abs().amax(0)
     torch.manual_seed(3)
     out = m.update(td)
     assert torch.equal(out["priority", "index"], td["index"])
     torch.testing.assert_close(out["priority", "value"], expected)
     assert "priority" not in m.update(batch(2)).keys()  # a uniform sample carries no priorities
+
+
+def torchrl_sac_loss(m: SAC) -> SACLoss:
+    """TorchRL's ``SACLoss`` (the form SAC had before its tensor losses) holding ``m``'s weights."""
+    unit_box = Bounded(-1.0, 1.0, shape=(ACT,))
+    actor = ProbabilisticActor(
+        TensorDictModule(m.actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        spec=unit_box,
+        distribution_class=TanhNormal,
+    )
+    critic = ValueOperator(QNet(OBS, ACT, (32, 32)), in_keys=["observation", "action"])
+    ref = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", action_spec=unit_box)
+    ref.make_value_estimator(ValueEstimators.TD0, gamma=m.hparams.gamma)
+    with torch.no_grad():
+        ref.log_alpha.copy_(m.log_alpha)
+        for name, p in m.critic.named_parameters():
+            ref.qvalue_network_params["module", *name.split(".")].copy_(p)
+            ref.target_qvalue_network_params["module", *name.split(".")].copy_(
+                m.target_critic.get_parameter(name)
+            )
+    return ref
+
+
+def test_tensor_losses_equal_torchrls_sac_loss_on_prioritized_n_step_samples():
+    m = make(alpha_init=0.3)
+    with torch.no_grad():  # targets apart from the critics, so a mix-up of the two would show
+        for p in m.target_critic.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    ref = torchrl_sac_loss(m)
+    td = batch()
+    td["priority_weight"] = torch.rand(B)
+    td["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
+    torch.manual_seed(3)  # the same draws: next actions first, then the current ones
+    losses, td_error = m._losses(td)
+    x = td.copy()
+    x.set("action", m.actions.from_env(td["action"]))
+    torch.manual_seed(3)
+    expected = ref(x)
+    for key in ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"):
+        torch.testing.assert_close(losses[key], expected[key].detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(td_error, x["td_error"], rtol=1e-6, atol=1e-6)
+
+
+def test_checkpoints_of_the_torchrl_layout_load():
+    """A checkpoint written when SAC held TorchRL's ``SACLoss`` loads into the tensor-loss module."""
+    m = make(alpha_init=0.3)
+    ref = torchrl_sac_loss(m)
+    old = {k: v for k, v in m.state_dict().items() if k.startswith(("frames", "actions.", "actor_net."))}
+    old.update({f"loss_module.{k}": v for k, v in ref.state_dict().items()})
+    checkpoint = {"state_dict": old}
+    fresh = make(alpha_init=1.0)
+    fresh.on_load_checkpoint(checkpoint)
+    fresh.load_state_dict(checkpoint["state_dict"])  # strict: every key of the new layout, and no other
+    for a, b in zip(fresh.state_dict().values(), m.state_dict().values()):
+        torch.testing.assert_close(a, b)
 
 
 def test_rejects_the_wrong_action_space_with_a_pointer_to_the_other_sac():

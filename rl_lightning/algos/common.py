@@ -25,8 +25,10 @@ __all__ = [
     "PerEnvState",
     "ScaledActorPolicy",
     "ScheduledRound",
+    "bootstrapped_targets",
     "episode_start",
     "polyak_update",
+    "weighted_mean",
 ]
 
 
@@ -66,7 +68,7 @@ class ActionScaler(nn.Module):
 
     def to_env(self, action: Tensor) -> Tensor:
         """``[..., A]`` in ``[-1, 1]`` -> the env's bounds."""
-        return action * self.scale + self.bias
+        return torch.addcmul(self.bias, action, self.scale)
 
     def from_env(self, action: Tensor) -> Tensor:
         """The env's bounds -> ``[-1, 1]`` (clamped)."""
@@ -125,6 +127,28 @@ def polyak_update(targets: Iterable[Tensor], sources: Iterable[Tensor], tau: flo
             t.lerp_(s, tau)
     else:
         torch._foreach_lerp_(targets, sources, tau)
+
+
+def bootstrapped_targets(
+    reward: Tensor, terminated: Tensor, bootstrap: Tensor, gamma: float, steps: Tensor | None = None
+) -> Tensor:
+    """TD(0) targets ``r + gamma ** steps * (1 - terminated) * bootstrap``, ``[B]``.
+
+    Args:
+        reward: ``[B]`` (n-step: the discounted sum of the window's rewards).
+        terminated: ``[B]`` bool; no bootstrap past a terminal state (a truncation still bootstraps).
+        bootstrap: ``[B]`` value of the next observation.
+        gamma: discount.
+        steps: ``[B]`` steps to the next observation (n-step windows); ``None`` means one.
+    """
+    discount = gamma if steps is None else gamma ** steps.to(bootstrap.dtype)
+    return reward + discount * (~terminated).to(bootstrap.dtype) * bootstrap
+
+
+def weighted_mean(x: Tensor, weights: Tensor | None) -> Tensor:
+    """The mean of ``x [B]``; for a prioritized sample ``sum(w * x) / sum(w)`` (TorchRL's weighted reduction
+    of importance-sampling weights ``w [B]``)."""
+    return x.mean() if weights is None else (x * weights).sum() / weights.sum()
 
 
 class LinearSchedule(nn.Module):

@@ -25,7 +25,7 @@ from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, polyak_update
+from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, bootstrapped_targets, polyak_update
 
 __all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
@@ -86,8 +86,7 @@ def td_targets(
         bootstrap = q_next_target.max(-1).values
     else:
         bootstrap = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
-    discount = gamma if steps is None else gamma ** steps.to(bootstrap.dtype)
-    return reward + discount * (~terminated).to(bootstrap.dtype) * bootstrap
+    return bootstrapped_targets(reward, terminated, bootstrap, gamma, steps)
 
 
 class DQN(RLModule):

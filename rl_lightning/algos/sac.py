@@ -1,47 +1,66 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, with automatic entropy tuning) for continuous actions.
 
-The losses are TorchRL's ``SACLoss`` (the "v2" form without a state-value network: twin Q-networks
-vmapped as one ensemble, clipped double-Q soft targets from target Q-networks, MSE critic loss as in the
-reference implementations, ``loss_function="l2"``; TorchRL's default is smooth-L1), its TD(0) value
-estimator (with n-step replay it discounts the bootstrap by ``gamma ** steps_to_next_obs``) and a
-tanh-squashed Gaussian actor (TorchRL's ``TanhNormal``, scored on the pre-tanh sample). The entropy
-temperature ``alpha`` is learned towards a target entropy of ``-|A|``.
+The losses are written on tensors here, with the math of TorchRL's ``SACLoss`` (its "v2" form without a
+state-value network) and TD(0) estimator, without its TensorDict and functional-parameter machinery, which
+on a CPU cost 40% more than the whole update of ``[256, 256]`` networks (``benchmarks/sac_overhead.py``):
 
-One ``update``: the three losses from one forward pass (the actor loss sees detached Q-parameters, the
-critic targets are computed without gradients, so one backward gives each optimizer its own gradients),
-three Adam steps (actor, critics, temperature), then a Polyak update of the target critics. Several
-gradient steps per collected frame are the data path's ``collect.updates_per_frame``.
+* twin critics ``Q_i(s, a)`` evaluated as one batched MLP
+  (:class:`~rl_lightning.nn.actor_critic.EnsembleQNet`), with Polyak target copies;
+* critic targets ``y = r + gamma ** steps * (1 - terminated) * min_i (Q'_i(s', a') - alpha log pi(a'|s'))``
+  with ``a' ~ pi(.|s')`` (``steps``: ``steps_to_next_obs`` of n-step replay, else 1); MSE critic loss
+  summed over the critics, as in the reference implementations;
+* the actor loss ``alpha log pi(a|s) - min_i Q_i(s, a)`` with the reparameterised ``a ~ pi(.|s)`` and
+  detached critics; the temperature loss ``-log(alpha) (log pi(a|s) + target_entropy)``, the target
+  entropy ``-|A|`` by default;
+* a tanh-squashed Gaussian actor scored on the pre-tanh sample (TorchRL's ``TanhNormal``,
+  :func:`~rl_lightning.nn.actor_critic.tanh_normal_rsample`); prioritized samples weight every loss by
+  ``priority_weight`` normalized by the weights' sum, and their new priorities are the larger critic's
+  ``|TD error|``.
+
+The random draws come in ``SACLoss``'s order (the next actions, then the current ones), so from the same
+weights and seed both give the same losses (``tests/test_sac.py``).
+
+One ``update``: the three losses from one forward pass (the actor loss sees detached critics, the critic
+targets are computed without gradients, so one backward gives each optimizer its own gradients), three
+Adam steps (actor, critics, temperature), then a Polyak update of the target critics. Several gradient
+steps per collected frame are the data path's ``collect.updates_per_frame``.
 
 :class:`SoftActorCritic` holds what SAC and discrete SAC (``rl_lightning.algos.sac_discrete``) share.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from abc import abstractmethod
 from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
-from torch import nn
-from torchrl.data import Bounded, Categorical, TensorSpec
-from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import LossModule, SACLoss, SoftUpdate, ValueEstimators
+from torch import Tensor, nn
+from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy
-from rl_lightning.nn.actor_critic import GaussianActorNet, QNet, TanhMean
+from rl_lightning.algos.common import (
+    ActionScaler,
+    ScaledActorPolicy,
+    bootstrapped_targets,
+    polyak_update,
+    weighted_mean,
+)
+from rl_lightning.nn.actor_critic import EnsembleQNet, GaussianActorNet, TanhMean, tanh_normal_rsample
 
 __all__ = ["SAC", "SoftActorCritic"]
+
+#: What ``SoftActorCritic._losses`` returns besides the TD errors: the three losses and two metrics.
+SAC_OUTPUTS = ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy")
 
 
 class SoftActorCritic(RLModule):
     """What SAC and discrete SAC share: three optimizers, one update, Polyak targets, PER feedback.
 
-    Subclasses build ``self.loss_module`` (a TorchRL SAC loss with ``actor_network_params``,
-    ``qvalue_network_params``, ``target_qvalue_network_params`` and ``log_alpha``), call
-    ``_finish_loss`` (value estimator, TorchRL's ``SoftUpdate`` of the target critics) and implement
-    ``_loss_input`` (replay sample -> the loss's input), ``act`` and ``act_eval``.
+    Subclasses implement ``_losses`` (replay sample -> the losses and TD errors), ``_param_lists`` (the
+    parameters of each optimizer), ``_update_targets``, ``act`` and ``act_eval``.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
@@ -55,7 +74,6 @@ class SoftActorCritic(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
-    loss_module: LossModule
 
     def __init__(
         self,
@@ -81,14 +99,6 @@ class SoftActorCritic(RLModule):
                 "flatten the observation with a gymnasium wrapper."
             )
         self.obs_dim = int(self.obs_shape[0])
-        self._params_cache: dict[str, list[torch.Tensor]] | None = None
-
-    def _finish_loss(self, gamma: float, tau: float) -> None:
-        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
-        self.target_updater = SoftUpdate(self.loss_module, tau=tau)
-        # SACLoss creates its target-entropy buffer on first use: create it now, so that the state dict
-        # has the same keys before and after the first update (checkpoints load either way).
-        _ = self.loss_module.target_entropy
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
@@ -96,58 +106,47 @@ class SoftActorCritic(RLModule):
         return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
 
     @abstractmethod
-    def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
-        """The replay sample as the loss reads it (a shallow copy: the sample itself is left unchanged)."""
+    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, Tensor], Tensor]:
+        """The losses of ``batch`` (``[B]`` transitions, left unchanged).
+
+        Returns:
+            ``{name: scalar}`` for every name of ``SAC_OUTPUTS`` (``alpha`` and ``entropy`` detached), and
+            the TD errors ``[B]`` (the larger critic's ``|Q(s, a) - y|``).
+        """
+
+    @abstractmethod
+    def _param_lists(self) -> dict[str, list[Tensor]]:
+        """The parameters of the ``actor``, ``critic`` and ``alpha`` optimizers, in ``update``'s order."""
+
+    @abstractmethod
+    def _update_targets(self) -> None:
+        """One Polyak step of the target critics towards the critics."""
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """One SAC step on ``batch`` (``[B]`` transitions).
 
         Returns:
-            ``loss_qvalue`` (summed over the two critics), ``loss_actor``, ``loss_alpha``, ``alpha`` (the
+            ``loss_qvalue`` (summed over the critics), ``loss_actor``, ``loss_alpha``, ``alpha`` (the
             temperature the losses used), ``entropy`` (the policy's, estimated on the batch), with
             ``grad_norm_actor``/``grad_norm_qvalue`` when clipping, and, for a prioritized sample, the new
-            priorities (the larger of the two critics' ``|TD error|``) under ``"priority"``.
+            priorities (the larger of the critics' ``|TD error|``) under ``"priority"``.
         """
-        td = self._loss_input(batch)
-        losses = self.loss_module(td)
-        loss_q, loss_pi, loss_alpha = (losses.get(k) for k in ("loss_qvalue", "loss_actor", "loss_alpha"))
+        losses, td_error = self._losses(batch)
         optimizers = [self.optimizer(i) for i in range(3)]
         for opt in optimizers:
             opt.zero_grad(set_to_none=False)
         # The critic targets carry no gradient and the actor loss reads detached critics: the sum's
         # gradient is each loss's own gradient on its own parameters.
-        self.backward_loss(loss_q + loss_pi + loss_alpha)
-        metrics = {
-            "loss_qvalue": loss_q.detach(),
-            "loss_actor": loss_pi.detach(),
-            "loss_alpha": loss_alpha.detach(),
-            "alpha": losses.get("alpha").detach(),
-            "entropy": losses.get("entropy").detach(),
-        }
+        self.backward_loss(losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"])
+        metrics = {k: losses[k].detach() for k in SAC_OUTPUTS}
         if self.hparams.grad_clip is not None:
             params = self._param_lists()
             metrics["grad_norm_actor"] = nn.utils.clip_grad_norm_(params["actor"], self.hparams.grad_clip)
             metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], self.hparams.grad_clip)
         for opt in optimizers:
             opt.step()
-        self.target_updater.step()
-        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td.get("td_error"))
-
-    # ------------------------------------------------------------------ parameters and optimizers
-    def _param_lists(self) -> dict[str, list[torch.Tensor]]:
-        # Walking the TensorDictParams costs more than a small net's update on a CPU: cache the leaves,
-        # and drop the cache whenever the module moves (see ``_apply``).
-        if self._params_cache is None:
-            loss = self.loss_module
-            self._params_cache = {
-                "actor": list(loss.actor_network_params.values(True, True)),
-                "critic": list(loss.qvalue_network_params.values(True, True)),
-            }
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+        self._update_targets()
+        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """Actor, critics, temperature: one Adam each (the order ``update`` steps them in)."""
@@ -156,7 +155,7 @@ class SoftActorCritic(RLModule):
         return [
             self.make_optimizer(params["actor"], hp.actor_lr),
             self.make_optimizer(params["critic"], hp.critic_lr),
-            self.make_optimizer([self.loss_module.log_alpha], hp.alpha_lr),
+            self.make_optimizer(params["alpha"], hp.alpha_lr),
         ]
 
 
@@ -210,40 +209,88 @@ class SAC(SoftActorCritic):
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
         action_dim = self.actions.action_dim
         self.actor_net = GaussianActorNet(self.obs_dim, action_dim, hidden_sizes)
-        unit_box = Bounded(-1.0, 1.0, shape=(action_dim,))
-        actor = ProbabilisticActor(
-            TensorDictModule(self.actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
-            in_keys=["loc", "scale"],
-            out_keys=["action"],
-            spec=unit_box,
-            distribution_class=TanhNormal,
-        )
-        critic = ValueOperator(
-            QNet(self.obs_dim, action_dim, hidden_sizes), in_keys=["observation", "action"]
-        )
-        self.loss_module = SACLoss(
-            actor,
-            critic,
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function="l2",
-            alpha_init=alpha_init,
-            fixed_alpha=not autotune_alpha,
-            target_entropy="auto" if target_entropy is None else target_entropy,
-            action_spec=unit_box,
-        )
-        self._finish_loss(gamma, tau)
+        self.critic = EnsembleQNet(self.obs_dim, action_dim, hidden_sizes, num_qvalue_nets)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=autotune_alpha)
+        self.target_entropy = -float(action_dim) if target_entropy is None else float(target_entropy)
 
-    def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
-        td = batch.copy()
-        td.set("action", self.actions.from_env(batch.get("action")))
-        return td
+    # ------------------------------------------------------------------ losses
+    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, Tensor], Tensor]:
+        """SAC's three losses on ``batch``; see the module docstring for the formulas."""
+        obs = batch.get("observation").float()
+        action = self.actions.from_env(batch.get("action"))
+        weights = batch.get("priority_weight", None)
+        weights = None if weights is None else weights.reshape(-1).float()
+        alpha = self.log_alpha.detach().exp()
+        y = self.critic_targets(batch, alpha)
+        q = self.critic(obs, action).squeeze(-1)  # [E, B]
+        loss_q = weighted_mean(((q - y) ** 2).sum(0), weights)
+        td_error = (q - y).detach().abs().max(0)[0]
+        new_action, log_prob = tanh_normal_rsample(*self.actor_net(obs))
+        q_pi = self.critic(obs, new_action, detach=True).squeeze(-1).min(0)[0]
+        loss_pi = weighted_mean(alpha * log_prob - q_pi, weights)
+        loss_alpha = weighted_mean(-self.log_alpha * (log_prob.detach() + self.target_entropy), weights)
+        losses = {
+            "loss_qvalue": loss_q,
+            "loss_actor": loss_pi,
+            "loss_alpha": loss_alpha,
+            "alpha": alpha,
+            "entropy": -log_prob.detach().mean(),
+        }
+        return losses, td_error
+
+    @torch.no_grad()
+    def critic_targets(self, batch: TensorDictBase, alpha: Tensor) -> Tensor:
+        """The critics' targets ``[B]``: ``r + gamma ** steps * (1 - terminated) * v(s')``, with
+        ``v(s') = min_i (Q'_i(s', a') - alpha log pi(a'|s'))`` and ``a' ~ pi(.|s')`` one fresh sample (the
+        update's first random draw).
+        """
+        nxt = batch.get("next")
+        next_obs = nxt.get("observation").float()
+        next_action, next_log_prob = tanh_normal_rsample(*self.actor_net(next_obs))
+        q_next = self.target_critic(next_obs, next_action).squeeze(-1)  # [E, B]
+        steps = batch.get("steps_to_next_obs", None)
+        return bootstrapped_targets(
+            nxt.get("reward").reshape(-1).float(),
+            nxt.get("terminated").reshape(-1),
+            (q_next - alpha * next_log_prob).min(0)[0],
+            self.hparams.gamma,
+            None if steps is None else steps.reshape(-1),
+        )
+
+    def _param_lists(self) -> dict[str, list[Tensor]]:
+        return {
+            "actor": list(self.actor_net.parameters()),
+            "critic": list(self.critic.parameters()),
+            "alpha": [self.log_alpha],
+        }
+
+    def _update_targets(self) -> None:
+        polyak_update(self.target_critic.parameters(), self.critic.parameters(), self.hparams.tau)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Checkpoints of the versions built on TorchRL's ``SACLoss`` name the networks differently."""
+        state = checkpoint.get("state_dict", {})
+        old = {
+            "loss_module.qvalue_network_params.module.": "critic.",
+            "loss_module.target_qvalue_network_params.module.": "target_critic.",
+        }
+        for key in list(state):
+            for prefix, new in old.items():
+                if key.startswith(prefix):
+                    state[new + key[len(prefix) :]] = state.pop(key)
+        if "loss_module.log_alpha" in state:
+            state["log_alpha"] = state.pop("loss_module.log_alpha")
+        for key in [k for k in state if k.startswith("loss_module.")]:
+            state.pop(key)  # the actor's shared weights, the temperature's initial value, gamma
+        super().on_load_checkpoint(checkpoint)
 
     # ------------------------------------------------------------------ hot paths
     @torch.no_grad()
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Actions ``[N, A]`` sampled from the squashed Gaussian for observations ``[N, obs_dim]``."""
         loc, scale = self.actor_net(td.get("observation").float())
-        action = torch.tanh(loc + scale * torch.randn_like(loc))
+        action = torch.tanh(torch.addcmul(loc, scale, torch.randn_like(loc)))
         td.set("action", self.actions.to_env(action))
         return td
 

@@ -23,11 +23,11 @@ from torch import nn
 from torch.distributions import Categorical as CategoricalDist
 from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import ProbabilisticActor
-from torchrl.objectives import DiscreteSACLoss
+from torchrl.objectives import DiscreteSACLoss, SoftUpdate, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.common import GreedyPolicy
-from rl_lightning.algos.sac import SoftActorCritic
+from rl_lightning.algos.sac import SAC_OUTPUTS, SoftActorCritic
 from rl_lightning.nn.actor_critic import mlp_head
 
 __all__ = ["DiscreteSAC"]
@@ -107,10 +107,41 @@ class DiscreteSAC(SoftActorCritic):
             fixed_alpha=not autotune_alpha,
             target_entropy=target_entropy_scale * math.log(self.n_actions),
         )
-        self._finish_loss(gamma, tau)
+        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
+        self.target_updater = SoftUpdate(self.loss_module, tau=tau)
+        # The loss creates its target-entropy buffer on first use: create it now, so that the state dict
+        # has the same keys before and after the first update (checkpoints load either way).
+        _ = self.loss_module.target_entropy
+        self._params_cache: dict[str, list[torch.Tensor]] | None = None
 
+    # ------------------------------------------------------------------ losses
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
+        """The replay sample as the loss reads it (a shallow copy: the sample itself is left unchanged)."""
         return batch.copy()
+
+    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        td = self._loss_input(batch)
+        out = self.loss_module(td)
+        return {k: out.get(k) for k in SAC_OUTPUTS}, td.get("td_error")
+
+    def _param_lists(self) -> dict[str, list[torch.Tensor]]:
+        # Walking the TensorDictParams costs more than a small net's update on a CPU: cache the leaves,
+        # and drop the cache whenever the module moves (see ``_apply``).
+        if self._params_cache is None:
+            loss = self.loss_module
+            self._params_cache = {
+                "actor": list(loss.actor_network_params.values(True, True)),
+                "critic": list(loss.qvalue_network_params.values(True, True)),
+                "alpha": [loss.log_alpha],
+            }
+        return self._params_cache
+
+    def _apply(self, fn, recurse: bool = True):
+        self._params_cache = None
+        return super()._apply(fn, recurse)
+
+    def _update_targets(self) -> None:
+        self.target_updater.step()
 
     # ------------------------------------------------------------------ hot paths
     @torch.no_grad()

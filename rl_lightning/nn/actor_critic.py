@@ -7,16 +7,30 @@ the algorithms map them to the env's bounds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torchrl.modules import MLP
+from torchrl.modules.distributions.utils import safetanh_noeps
 
-__all__ = ["DeterministicActorNet", "GaussianActorNet", "QNet", "TanhMean", "mlp_head"]
+from rl_lightning.nn.layers import ensemble_mlp
+
+__all__ = [
+    "DeterministicActorNet",
+    "EnsembleQNet",
+    "GaussianActorNet",
+    "QNet",
+    "TanhMean",
+    "mlp_head",
+    "tanh_normal_rsample",
+]
 
 #: Range of the Gaussian actor's log standard deviation (as in CleanRL's SAC and the SAC reference code).
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
 def mlp_head(in_features: int, out_features: int, hidden_sizes: Sequence[int]) -> MLP:
@@ -85,6 +99,28 @@ class DeterministicActorNet(nn.Module):
         return torch.tanh(self.net(observation))
 
 
+class EnsembleQNet(nn.Module):
+    """``E`` critics ``Q_i(s, a)`` (each a :class:`QNet`) evaluated as one batched MLP.
+
+    Parameters ``net.{2 i}.weight [E, out, in]`` and ``net.{2 i}.bias [E, out]``: the :class:`QNet`
+    parameters of the members, stacked (see :func:`~rl_lightning.nn.layers.ensemble_mlp`).
+
+    Shapes:
+        inputs ``observation [B, obs_dim]`` and ``action [B, A]``; output ``[E, B, 1]``.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int], size: int) -> None:
+        super().__init__()
+        self.net = ensemble_mlp(obs_dim + action_dim, hidden_sizes, 1, size)
+
+    def __len__(self) -> int:
+        return self.net[0].weight.shape[0]
+
+    def forward(self, observation: Tensor, action: Tensor, detach: bool = False) -> Tensor:
+        """``detach``: detached parameters (the actor loss's critics: gradients reach the action only)."""
+        return self.net(torch.cat([observation, action], dim=-1), detach=detach)
+
+
 class QNet(nn.Module):
     """``Q(s, a)`` for continuous actions: the concatenation of observation and action through an MLP.
 
@@ -98,3 +134,34 @@ class QNet(nn.Module):
 
     def forward(self, observation: Tensor, action: Tensor) -> Tensor:
         return self.net(torch.cat([observation, action], dim=-1))
+
+
+def tanh_normal_rsample(loc: Tensor, scale: Tensor, common_noise: bool = False) -> tuple[Tensor, Tensor]:
+    """A reparameterised tanh-Gaussian sample and its log-probability, as TorchRL's ``TanhNormal``.
+
+    The same formulas and the same random draw as TorchRL's ``TanhNormal.rsample_and_log_prob`` (the
+    distribution of ``SACLoss``): the pre-tanh value ``x = loc + ε·scale`` with ``ε ~ N(0, 1)``, scored
+    on ``x`` itself (not on the inverse tanh of the rounded action), minus the tanh Jacobian
+    ``log|d tanh(x)/dx| = 2 (log 2 - x - softplus(-2x))``.
+
+    With ``common_noise`` the options (dimension ``-2``) share one ``ε`` per state (common random
+    numbers): each option's sample is still exact, but the options' sampled values ``Q_Ω(s, ·)`` differ
+    only where the options do. With independent noise, the softmax weights of ``V_Ω`` follow the noise,
+    ``V_Ω`` sits above a typical option's ``Q_Ω``, and the termination gradient, seeing ``A_Ω < -ξ``
+    everywhere, drives every ``β`` to 1 (measured on Pendulum: options of one step after 3k frames). With
+    one option the draw is the same as without sharing.
+
+    Args:
+        loc: ``[..., K, A]`` pre-tanh means (any ``[..., A]`` without ``common_noise``).
+        scale: standard deviations, the shape of ``loc``.
+        common_noise: one ``ε`` for all options of a state.
+
+    Returns:
+        ``action`` (the shape of ``loc``) in ``(-1, 1)`` and ``log_prob`` (summed over ``A``).
+    """
+    eps = torch.randn_like(loc[..., :1, :]).expand_as(loc) if common_noise else torch.randn_like(loc)
+    x = loc + eps * scale
+    action = safetanh_noeps(x)
+    normal = -((x - loc) ** 2) / (2 * scale**2) - scale.log() - _LOG_SQRT_2PI
+    log_det = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
+    return action, normal.sum(-1) - log_det.sum(-1)

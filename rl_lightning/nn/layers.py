@@ -1,4 +1,4 @@
-"""Generic building blocks: normalised linear layers, SimNorm, an MLP builder and a vmapped ensemble.
+"""Generic building blocks: normalised linear layers, SimNorm, MLP builders and ensembles.
 
 These are the layers of TD-MPC2 (Hansen et al., 2024), kept free of algorithm specifics so that other
 algorithms (SAC critics, quantile heads) can reuse them.
@@ -7,6 +7,7 @@ algorithms (SAC critics, quantile heads) can reuse them.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
-__all__ = ["Ensemble", "Mish", "NormedLinear", "SimNorm", "mlp"]
+__all__ = ["Ensemble", "EnsembleLinear", "Mish", "NormedLinear", "SimNorm", "ensemble_mlp", "mlp"]
 
 
 class SimNorm(nn.Module):
@@ -215,3 +216,69 @@ class Ensemble(nn.Module):
 
     def extra_repr(self) -> str:
         return f"size={self._size}, member={self._base!r}"
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied at once: one batched matrix product (``baddbmm``).
+
+    Each member is initialised as an ``nn.Linear`` of the same size. Where an ensemble of plain MLPs is
+    what is needed, a stack of these layers does the work of :class:`Ensemble` without ``torch.vmap``:
+    on a CPU, vmapping the functional call of a ``[256, 256]`` critic pair costs about 35% more than two
+    separate networks, while the batched product costs the same as them.
+
+    Args:
+        in_features: input size.
+        out_features: output size.
+        size: members ``E``.
+
+    Shapes:
+        input ``[N, in]`` (shared by the members) or ``[E, N, in]``; output ``[E, N, out]``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, size: int) -> None:
+        super().__init__()
+        members = [nn.Linear(in_features, out_features) for _ in range(size)]
+        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in members]))
+        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in members]))
+
+    def forward(self, x: Tensor, detach: bool = False) -> Tensor:
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach else (self.weight, self.bias)
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(weight.shape[0], *x.shape)
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    def extra_repr(self) -> str:
+        size, out_features, in_features = self.weight.shape
+        return f"in_features={in_features}, out_features={out_features}, size={size}"
+
+
+class _EnsembleMLP(nn.Sequential):
+    """:class:`EnsembleLinear` layers with activations between; ``forward(x, detach=False)``."""
+
+    def forward(self, x: Tensor, detach: bool = False) -> Tensor:  # type: ignore[override]
+        for layer in self:
+            x = layer(x, detach=detach) if isinstance(layer, EnsembleLinear) else layer(x)
+        return x
+
+
+def ensemble_mlp(
+    in_features: int,
+    hidden_sizes: Sequence[int],
+    out_features: int,
+    size: int,
+    act: type[nn.Module] = nn.ReLU,
+) -> nn.Sequential:
+    """``size`` MLPs ``in -> hidden... -> out`` (activation ``act`` between layers, none after the last)
+    evaluated as one: input ``[N, in]`` or ``[E, N, in]``, output ``[E, N, out]``.
+
+    The parameters are those of ``size`` ``nn.Linear`` stacks, stacked: layer ``2 i`` holds ``weight
+    [E, out, in]`` and ``bias [E, out]``, the names of an ``nn.Sequential`` MLP's parameters.
+    ``forward(x, detach=True)`` evaluates with detached parameters (gradients reach the inputs only).
+    """
+    widths = [in_features, *hidden_sizes, out_features]
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
+        layers.append(EnsembleLinear(n_in, n_out, size))
+        if i < len(widths) - 2:
+            layers.append(act())
+    return _EnsembleMLP(*layers)

@@ -67,12 +67,11 @@ Evaluation is greedy: terminate when ``β > 1/2``, pick ``argmax_ω Q_Ω``, act 
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchrl.modules.distributions.utils import safetanh_noeps
+
+from rl_lightning.nn.actor_critic import tanh_normal_rsample
 
 __all__ = [
     "OPTION_POLICIES",
@@ -88,39 +87,6 @@ __all__ = [
 
 #: The policies over options: Boltzmann over ``Q_Ω`` with a temperature, or ε-greedy.
 OPTION_POLICIES = ("softmax", "epsilon_greedy")
-
-_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-
-
-def tanh_normal_rsample(loc: Tensor, scale: Tensor, common_noise: bool = False) -> tuple[Tensor, Tensor]:
-    """A reparameterised tanh-Gaussian sample and its log-probability, as TorchRL's ``TanhNormal``.
-
-    The same formulas and the same random draw as TorchRL's ``TanhNormal.rsample_and_log_prob`` (the
-    distribution of ``SACLoss``): the pre-tanh value ``x = loc + ε·scale`` with ``ε ~ N(0, 1)``, scored
-    on ``x`` itself (not on the inverse tanh of the rounded action), minus the tanh Jacobian
-    ``log|d tanh(x)/dx| = 2 (log 2 - x - softplus(-2x))``.
-
-    With ``common_noise`` the options (dimension ``-2``) share one ``ε`` per state (common random
-    numbers): each option's sample is still exact, but the options' sampled values ``Q_Ω(s, ·)`` differ
-    only where the options do. With independent noise, the softmax weights of ``V_Ω`` follow the noise,
-    ``V_Ω`` sits above a typical option's ``Q_Ω``, and the termination gradient, seeing ``A_Ω < -ξ``
-    everywhere, drives every ``β`` to 1 (measured on Pendulum: options of one step after 3k frames). With
-    one option the draw is the same as without sharing.
-
-    Args:
-        loc: ``[..., K, A]`` pre-tanh means (any ``[..., A]`` without ``common_noise``).
-        scale: standard deviations, the shape of ``loc``.
-        common_noise: one ``ε`` for all options of a state.
-
-    Returns:
-        ``action`` (the shape of ``loc``) in ``(-1, 1)`` and ``log_prob`` (summed over ``A``).
-    """
-    eps = torch.randn_like(loc[..., :1, :]).expand_as(loc) if common_noise else torch.randn_like(loc)
-    x = loc + eps * scale
-    action = safetanh_noeps(x)
-    normal = -((x - loc) ** 2) / (2 * scale**2) - scale.log() - _LOG_SQRT_2PI
-    log_det = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
-    return action, normal.sum(-1) - log_det.sum(-1)
 
 
 def categorical_option_values(logits: Tensor, q: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:

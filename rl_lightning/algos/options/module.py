@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, PerEnvState, episode_start, polyak_update
+from rl_lightning.algos.common import ActionScaler, PerEnvState, episode_start, polyak_update, weighted_mean
 from rl_lightning.algos.options import math as om
 from rl_lightning.algos.options.checks import check_arguments
 from rl_lightning.algos.options.stats import OptionUsage
@@ -69,11 +69,6 @@ __all__ = ["OPTION_AGE_KEY", "OPTION_KEY", "SACOptions"]
 
 #: Keys ``act`` writes and the replay stores: the option that acted and its age (1 on its first step).
 OPTION_KEY, OPTION_AGE_KEY = "option", "option_age"
-
-
-def _reduce(x: Tensor, weights: Tensor | None) -> Tensor:
-    """Mean over the batch, importance-weighted for a prioritized sample (TorchRL's reduction)."""
-    return x.mean() if weights is None else (x * weights).sum() / weights.sum()
 
 
 class SACOptions(RLModule):
@@ -356,13 +351,14 @@ class SACOptions(RLModule):
             q_pred = q_all.gather(-1, idx).squeeze(-1)
         else:
             q_pred = self.critic(obs, self.actions.from_env(batch.get("action")))  # [E, B, K]
-        loss_q = _reduce(((q_pred - y) ** 2).sum(0).mean(-1), weights)
+        loss_q = weighted_mean(((q_pred - y) ** 2).sum(0).mean(-1), weights)
         td_error = (q_pred - y).abs().detach().max(0)[0].mean(-1)
 
         # Intra-option policies and temperature, every option on every state.
         q_pi, log_pi = self._soft_values(obs, self.critic, detach=True, alpha=alpha)
-        loss_pi = _reduce((-q_pi).mean(-1), weights)
-        loss_alpha = _reduce((-self.log_alpha * (log_pi.detach() + self.target_entropy)).mean(-1), weights)
+        loss_pi = weighted_mean((-q_pi).mean(-1), weights)
+        entropy_gap = log_pi.detach() + self.target_entropy
+        loss_alpha = weighted_mean((-self.log_alpha * entropy_gap).mean(-1), weights)
 
         # Terminations: the option that acted, at the next state, on non-terminal rows.
         beta_taken = beta_next.gather(-1, option.unsqueeze(-1)).squeeze(-1)
