@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import torch
 
 #: Overrides that make any experiment a smoke run of a few hundred frames.
 SMOKE = ("progress_bar=false", "eval.episodes=2", "eval.every_frames=0")
@@ -61,3 +62,29 @@ def mlflow_runs(cwd: Path) -> list:
 
 def mlflow_client(cwd: Path) -> mlflow.MlflowClient:
     return mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+
+
+#: A TD-MPC2 small enough for CPU tests: the 1M model narrowed to width 16 and a one-iteration planner
+#: of 16 samples (add ``+experiment=tdmpc2_pendulum`` or another TD-MPC2 experiment before it).
+TINY_TDMPC2 = (
+    "algo.model_size=1M", "algo.latent_dim=16", "algo.mlp_dim=16", "algo.enc_dim=16",
+    "algo.num_samples=16", "algo.num_elites=4", "algo.num_pi_trajs=2", "algo.iterations=1",
+)  # fmt: skip
+
+
+def check_trajectories_across_resume(before_run, resumed_run, per_side: int) -> None:
+    """A resumed run's replay holds ``per_side`` trajectories from before the resume and ``per_side`` new
+    ones numbered past them, each id its own, with step counts 0, 1, 2, ... without a gap."""
+    from rl_lightning.data.replay import TRAJ_KEY
+
+    def stored(run):
+        return run.datamodule.replay.storage[: len(run.datamodule.replay)]
+
+    before = stored(before_run)[TRAJ_KEY].unique()
+    after = stored(resumed_run)
+    ids, steps = after[TRAJ_KEY].reshape(-1), after["step_count"].reshape(-1)
+    assert before.numel() == per_side
+    new = torch.tensor(sorted(set(ids.tolist()) - set(before.tolist())))
+    assert new.numel() == per_side and int(new.min()) > int(before.max())
+    for i in ids.unique():
+        assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))

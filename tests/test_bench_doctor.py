@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import mlflow_client, mlflow_runs, run_cli
+from cli_helpers import TINY_TDMPC2, mlflow_client, mlflow_runs, run_cli
 
 from rl_lightning.cli import main
 from rl_lightning.cli.doctor import recommendations
@@ -122,3 +122,16 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
     )
     artifacts = [a.path for a in mlflow_client(tmp_path).list_artifacts(run.info.run_id)]
     assert "bench_results.json" in artifacts
+
+
+def test_bench_times_act_on_as_many_envs_as_training_steps(tmp_path: Path) -> None:
+    # TD-MPC2's planner is built for env.num_envs envs: the act latency must be timed on that many.
+    proc = run_cli(
+        tmp_path, "bench", "+experiment=tdmpc2_pendulum", *TINY_TDMPC2, "device=cpu", "logger=none",
+        "env.num_envs=2", "collect.warmup_frames=32", "bench.frames=96", "bench.variants=[fused_optimizer]",
+        "bench.act_calls=3", "bench.out=out/bench.json", timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "bench.json").read_text())
+    rows = {row["variant"]: row for row in results["variants"]}
+    assert rows["baseline"]["status"] == "ok" and rows["baseline"]["act_ms"] > 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from cli_helpers import TINY_TDMPC2, check_trajectories_across_resume
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
@@ -87,9 +88,8 @@ def test_slices_from_several_workers_keep_their_trajectories_apart(tmp_path: Pat
     cfg = compose([
         "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false", "total_frames=240",
         "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8", "env.num_envs=2",
-        "replay.batch_size=24", "algo.model_size=1M", "algo.latent_dim=16", "algo.mlp_dim=16",
-        "algo.enc_dim=16", "algo.num_samples=16", "algo.num_elites=4", "algo.num_pi_trajs=2",
-        "algo.iterations=1", "eval.every_frames=0", "eval.episodes=1", "replay.capacity=1000",
+        "replay.batch_size=24", *TINY_TDMPC2, "eval.every_frames=0", "eval.episodes=1",
+        "replay.capacity=1000",
     ])  # fmt: skip
     run = build_run(cfg)
     run.trainer.fit(run.module, datamodule=run.datamodule)
@@ -109,21 +109,13 @@ def test_trajectories_of_local_workers_stay_apart_after_a_resume(tmp_path: Path,
     base = [
         "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false",
         "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8", "env.num_envs=2",
-        "replay.batch_size=24", "algo.model_size=1M", "algo.latent_dim=16", "algo.mlp_dim=16",
-        "algo.enc_dim=16", "algo.num_samples=16", "algo.num_elites=4", "algo.num_pi_trajs=2",
-        "algo.iterations=1", "eval.every_frames=0", "eval.episodes=1", "replay.capacity=1000",
+        "replay.batch_size=24", *TINY_TDMPC2, "eval.every_frames=0", "eval.episodes=1",
+        "replay.capacity=1000",
         "checkpoint.every_frames=240",
     ]  # fmt: skip
     first = fit(compose([*base, "total_frames=240"]))
-    before = first.datamodule.replay.storage[: len(first.datamodule.replay)][TRAJ_KEY].unique()
     run = fit(compose([*base, "total_frames=320", "ckpt_path=last"]))
     assert run.datamodule.frames == 320
-    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
-    ids, steps = stored[TRAJ_KEY].reshape(-1), stored["step_count"].reshape(-1)
-    # Four trajectories before the resume and four new ones after it (the workers' envs start new
-    # episodes), numbered past the stored ones, each with step counts 0, 1, 2, ... without a gap.
-    assert before.numel() == 4
-    new = torch.tensor(sorted(set(ids.tolist()) - set(before.tolist())))
-    assert new.numel() == 4 and int(new.min()) > int(before.max())
-    for i in ids.unique():
-        assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))
+    # 2 workers x 2 envs: four trajectories before the resume and four new ones after it (the workers'
+    # envs start new episodes), numbered past the stored ones.
+    check_trajectories_across_resume(first, run, per_side=4)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_cli
+from cli_helpers import TINY_TDMPC2, check_trajectories_across_resume, run_cli
 
 from rl_lightning.cli import CliError, compose, main
 from rl_lightning.data.datamodule import CollectConfig
 from rl_lightning.data.ray_collect import RAY_MISSING, _traj_ranges
-from rl_lightning.data.replay import TRAJ_KEY
 
 RAY_CLI = ("+experiment=dqn_cartpole", "+debug=quick", "collect.backend=ray", "collect.workers=2")
 
@@ -192,21 +191,12 @@ def test_trajectories_of_ray_actors_stay_apart_also_after_a_resume(tmp_path: Pat
     base = [
         "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false",
         "collect.backend=ray", "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8",
-        "env.num_envs=2", "replay.batch_size=24", "algo.model_size=1M", "algo.latent_dim=16",
-        "algo.mlp_dim=16", "algo.enc_dim=16", "algo.num_samples=16", "algo.num_elites=4",
-        "algo.num_pi_trajs=2", "algo.iterations=1", "eval.every_frames=0", "eval.episodes=1",
+        "env.num_envs=2", "replay.batch_size=24", *TINY_TDMPC2, "eval.every_frames=0", "eval.episodes=1",
         "replay.capacity=1000", "checkpoint.every_frames=240",
     ]  # fmt: skip
     first = fit(compose([*base, "total_frames=240"]))
-    before = first.datamodule.replay.storage[: len(first.datamodule.replay)][TRAJ_KEY].unique()
     run = fit(compose([*base, "total_frames=320", "ckpt_path=last"]))
     assert run.datamodule.frames == 320
-    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
-    ids, steps = stored[TRAJ_KEY].reshape(-1), stored["step_count"].reshape(-1)
     # 2 actors x 2 envs, Pendulum's 200-step episodes: four trajectories before the resume and four new
-    # ones after it (the resumed envs start new episodes), each id its own, with step counts 0, 1, 2, ...
-    assert before.numel() == 4
-    new = torch.tensor(sorted(set(ids.tolist()) - set(before.tolist())))
-    assert new.numel() == 4 and int(new.min()) > int(before.max())
-    for i in ids.unique():
-        assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))
+    # ones after it (the resumed envs start new episodes).
+    check_trajectories_across_resume(first, run, per_side=4)

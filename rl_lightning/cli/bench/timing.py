@@ -55,12 +55,15 @@ class _SteadyStateProbe(L.Callback):
         # Still inside the fit: the callbacks' wrappers around the hot paths are in place.
         _sync(pl_module.device)
         self.closed = (time.perf_counter(), trainer.datamodule.frames, trainer.datamodule.updates)
-        self.act_ms = self.time_act(pl_module)
+        self.act_ms = self.time_act(pl_module, int(trainer.datamodule.env_cfg.num_envs))
 
-    def time_act(self, module: L.LightningModule) -> float:
-        """Milliseconds per ``act`` call on fixed observations of the training envs' shape."""
+    def time_act(self, module: L.LightningModule, num_envs: int) -> float:
+        """Milliseconds per ``act`` call on fixed observations of the training envs' shape (``num_envs``
+        envs; the module's observation spec is one env's)."""
         torch.manual_seed(0)
         template = module.observation_spec.rand().to(module.device)
+        if num_envs != template.shape[0]:
+            template = template.expand(num_envs, *template.shape[1:]).clone()
         if "step_count" in template.keys():
             template.get("step_count").fill_(1)  # mid-episode: the planner's warm start is used
         inputs = [template.clone() for _ in range(_ACT_WARMUP + self.act_calls)]

@@ -1,0 +1,221 @@
+"""The GPU suite: one command that checks and measures everything that needs CUDA, into one JSON.
+
+    bash benchmarks/gpu_suite.sh [--out PATH] [--skip-tests] [--cpu]
+
+Steps, each a subprocess with its own time limit:
+
+1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
+   replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
+2. ``python -m rl_lightning bench`` for DQN (``dqn_cartpole``), SAC (``sac_pendulum``) and TD-MPC2
+   (``tdmpc2_hockey``): each optimization alone and the ``fast`` preset against none, as ratios of env
+   frames/s, updates/s, ``act`` latency and peak GPU memory (``bench``'s method: a fresh process per run,
+   a steady-state window after warm-up and compilation).
+3. The figures the project tracks, read from those benches: TD-MPC2's plan latency (its ``act``: the
+   whole MPPI plan) eager vs compiled vs CUDA-graphed, hockey TD-MPC2 frames/s with ``fast``, SAC's
+   updates/s with compile + CUDA graphs against eager, and the peak GPU memory of each.
+
+It writes ``benchmarks/results/gpu_suite_<device>.json`` with the device's name and exits 1 if a GPU test
+failed, a bench run failed, or a step ran out of time. Without CUDA (or with ``--cpu``) it runs the same
+steps on the CPU, sized down (small budgets, the CPU-sized TD-MPC2 experiment, the variants that do
+something on a CPU), so the command stays tested where no GPU is lent; the GPU figures then read
+``n/a (no CUDA)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import machine, relative_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: Experiment -> (bench overrides on a GPU, on a CPU). Budgets keep the whole suite under 10 minutes on
+#: one GPU: every run is a process of its own, and the compiled variants compile first.
+BENCHES: dict[str, tuple[list[str], list[str]]] = {
+    "dqn": (
+        ["+experiment=dqn_cartpole", "bench.frames=4096"],
+        ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128"],
+    ),
+    "sac": (
+        ["+experiment=sac_pendulum", "bench.frames=1500"],
+        ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]"],
+    ),
+    "tdmpc2": (
+        ["+experiment=tdmpc2_hockey", "bench.frames=2000", "bench.act_calls=50"],
+        # Compiling TD-MPC2's update and plan takes minutes on a CPU: its CPU part skips compile.
+        [
+            "+experiment=tdmpc2_hockey_cpu",
+            "bench.frames=300",
+            "collect.warmup_frames=100",
+            "bench.act_calls=5",
+            "bench.variants=[fused_optimizer]",
+        ],
+    ),
+}
+GPU_VARIANTS = "bench.variants=[compile,cuda_graphs,fused_optimizer,mixed_precision,tf32,non_blocking,fast]"
+CPU_VARIANTS = "bench.variants=[compile,fused_optimizer]"
+#: The issue's goals for the figures of step 3.
+GOALS = {
+    "tdmpc2_plan_graphed_speedup": 5.0,
+    "tdmpc2_plan_graphed_ms": 1.5,
+    "tdmpc2_hockey_fast_env_fps": 300.0,
+    "sac_fast_updates_speedup": 3.0,
+}
+
+
+def run_step(name: str, cmd: list[str], timeout_s: int, env: dict[str, str]) -> dict[str, Any]:
+    """Runs ``cmd`` from the project root; its status, seconds and the tail of its output."""
+    print(f"[gpu_suite] {name}: {' '.join(cmd)}", flush=True)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+        status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+        tail = (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        status = f"timed out after {timeout_s} s"
+        tail = ((exc.stdout or b"") + (exc.stderr or b""))[-3000:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+    seconds = time.perf_counter() - start
+    print(f"[gpu_suite] {name}: {status} in {seconds:.0f} s", flush=True)
+    return {"command": " ".join(cmd), "status": status, "seconds": round(seconds, 1), "output_tail": tail}
+
+
+def pytest_counts(tail: str) -> dict[str, int]:
+    """``{"passed": n, "failed": n, "skipped": n, ...}`` from pytest's summary line."""
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", tail)}
+
+
+def variant_figures(bench: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{variant: {env_fps, updates_per_s, act_ms, peak_mem_mb, status, ...ratios}}`` of a bench JSON."""
+    out = {}
+    for row in bench.get("variants", []):
+        keep = {k: v for k, v in row.items() if k not in ("runs", "callbacks")}
+        out[row["variant"]] = keep
+    return out
+
+
+def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str, Any]:
+    """The figures of step 3, with their goals, from the benches' variants."""
+    na = "n/a (no CUDA)"
+    figures: dict[str, Any] = {}
+    tdmpc2 = variant_figures(benches.get("tdmpc2", {}))
+    sac = variant_figures(benches.get("sac", {}))
+
+    def get(rows: dict, variant: str, key: str) -> float | None:
+        value = rows.get(variant, {}).get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    eager = get(tdmpc2, "baseline", "act_ms")
+    figures["tdmpc2_plan_ms"] = {
+        "eager": eager,
+        "compiled": get(tdmpc2, "compile", "act_ms") if cuda else na,
+        "cuda_graphed": get(tdmpc2, "cuda_graphs", "act_ms") if cuda else na,
+        "compiled_and_graphed": get(tdmpc2, "fast", "act_ms") if cuda else na,
+    }
+    graphed = get(tdmpc2, "fast", "act_ms") if cuda else None
+    figures["tdmpc2_plan_graphed_speedup"] = eager / graphed if eager and graphed else na
+    figures["tdmpc2_plan_graphed_ms"] = graphed if graphed else na
+    fps = get(tdmpc2, "fast", "env_fps") if cuda else None
+    figures["tdmpc2_hockey_fast_env_fps"] = fps if fps else na
+    base_ups, fast_ups = get(sac, "baseline", "updates_per_s"), get(sac, "fast", "updates_per_s")
+    figures["sac_fast_updates_speedup"] = fast_ups / base_ups if cuda and base_ups and fast_ups else na
+    figures["peak_mem_mb"] = {
+        algo: {variant: row.get("peak_mem_mb") for variant, row in variant_figures(b).items()}
+        for algo, b in benches.items()
+    }
+    figures["goals"] = GOALS
+    figures["goals_met"] = {
+        key: (figures[key] <= goal if key.endswith("_ms") else figures[key] >= goal)
+        if isinstance(figures[key], float)
+        else None
+        for key, goal in GOALS.items()
+    }
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="the JSON to write")
+    parser.add_argument("--cpu", action="store_true", help="run the CPU-sized suite even with CUDA")
+    parser.add_argument("--skip-tests", action="store_true", help="skip pytest -m gpu")
+    parser.add_argument("--timeout", type=int, default=240, help="seconds per step")
+    args = parser.parse_args()
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    device = "cuda" if cuda else "cpu"
+    device_name = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA)"
+    slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_") if cuda else "cpu"
+    out = args.out or RESULTS / f"gpu_suite_{slug}.json"
+    workdir = ROOT / "runs" / "gpu_suite"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    suite_start = time.perf_counter()
+
+    steps: dict[str, Any] = {}
+    failed: list[str] = []
+    if not args.skip_tests:
+        pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+        step = run_step("pytest -m gpu", pytest, args.timeout * 2, env)
+        step["counts"] = pytest_counts(step["output_tail"])
+        # Without CUDA every test is skipped (pytest exits 5 when it selects none, 0 when all skip).
+        if cuda and (step["status"] != "ok" or step["counts"].get("failed") or step["counts"].get("errors")):
+            failed.append("pytest -m gpu")
+        steps["pytest_gpu"] = step
+
+    benches: dict[str, dict[str, Any]] = {}
+    for algo, (gpu_args, cpu_args) in BENCHES.items():
+        bench_out = workdir / f"bench_{algo}_{device}.json"
+        bench_out.unlink(missing_ok=True)
+        cmd = [
+            sys.executable, "-m", "rl_lightning", "bench", GPU_VARIANTS if cuda else CPU_VARIANTS,
+            *(gpu_args if cuda else cpu_args), f"device={device}", "logger=none", "progress_bar=false",
+            "bench.repeats=1", f"bench.out={bench_out}", f"bench.timeout_s={args.timeout}",
+            f"run_dir={workdir / algo}",
+        ]  # fmt: skip
+        step = run_step(f"bench {algo}", cmd, args.timeout * 9, env)
+        if bench_out.exists():
+            benches[algo] = json.loads(bench_out.read_text())
+            step["variants"] = variant_figures(benches[algo])
+            rows = step["variants"].items()
+            bad = [v for v, row in rows if str(row.get("status", "ok")).startswith(("fail", "timed"))]
+            if bad or step["status"] != "ok":
+                failed.append(f"bench {algo}: {', '.join(bad) or step['status']}")
+        else:
+            failed.append(f"bench {algo}: {step['status']}, no results")
+        steps[f"bench_{algo}"] = step
+
+    result = {
+        "benchmark": "gpu_suite",
+        "command": "bash benchmarks/gpu_suite.sh " + " ".join(sys.argv[1:]),
+        "device": device,
+        "device_name": device_name,
+        "cuda": cuda,
+        "machine": machine(),
+        "seconds": round(time.perf_counter() - suite_start, 1),
+        "figures": tracked_figures(benches, cuda),
+        "failed": failed,
+        "steps": steps,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(relative_paths(result), indent=2) + "\n")
+    print(json.dumps(result["figures"], indent=2))
+    print(f"[gpu_suite] {out} ({result['seconds']:.0f} s)")
+    if failed:
+        print("[gpu_suite] FAILED: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The GPU suite's summary: the tracked figures and their goals from the benches' rows, failures counted."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_suite", BENCHMARKS / "gpu_suite.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def bench(**variants: dict) -> dict:
+    rows = [{"variant": name, "status": "ok", "runs": [], **row} for name, row in variants.items()]
+    return {"variants": rows}
+
+
+def test_figures_and_goals_on_cuda(suite) -> None:
+    benches = {
+        "tdmpc2": bench(
+            baseline={"act_ms": 12.0, "env_fps": 90.0, "peak_mem_mb": 500.0},
+            compile={"act_ms": 6.0},
+            cuda_graphs={"act_ms": 3.0},
+            fast={"act_ms": 1.2, "env_fps": 320.0, "peak_mem_mb": 700.0},
+        ),
+        "sac": bench(baseline={"updates_per_s": 200.0}, fast={"updates_per_s": 500.0}),
+    }
+    figures = suite.tracked_figures(benches, cuda=True)
+    assert figures["tdmpc2_plan_ms"] == {"eager": 12.0, "compiled": 6.0, "cuda_graphed": 3.0,
+                                         "compiled_and_graphed": 1.2}  # fmt: skip
+    assert figures["tdmpc2_plan_graphed_speedup"] == pytest.approx(10.0)
+    assert figures["tdmpc2_hockey_fast_env_fps"] == 320.0
+    assert figures["sac_fast_updates_speedup"] == pytest.approx(2.5)
+    assert figures["goals_met"] == {
+        "tdmpc2_plan_graphed_speedup": True,  # 10x >= 5x
+        "tdmpc2_plan_graphed_ms": True,  # 1.2 ms <= 1.5 ms
+        "tdmpc2_hockey_fast_env_fps": True,  # 320 >= 300
+        "sac_fast_updates_speedup": False,  # 2.5x < 3x
+    }
+    assert figures["peak_mem_mb"]["tdmpc2"] == {"baseline": 500.0, "compile": None, "cuda_graphs": None,
+                                                "fast": 700.0}  # fmt: skip
+
+
+def test_without_cuda_the_gpu_figures_say_so(suite) -> None:
+    figures = suite.tracked_figures({"tdmpc2": bench(baseline={"act_ms": 90.0})}, cuda=False)
+    assert figures["tdmpc2_plan_ms"]["eager"] == 90.0
+    assert figures["tdmpc2_plan_graphed_speedup"] == "n/a (no CUDA)"
+    assert set(figures["goals_met"].values()) == {None}
+
+
+def test_pytest_summary_counts(suite) -> None:
+    assert suite.pytest_counts("1 failed, 30 passed, 4 skipped, 749 deselected in 80.1s") == {
+        "failed": 1, "passed": 30, "skipped": 4, "deselected": 749,
+    }  # fmt: skip
