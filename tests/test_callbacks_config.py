@@ -46,7 +46,7 @@ def test_config_file_instantiates_with_every_argument_commented(name: str) -> No
 
 
 def test_default_preset() -> None:
-    assert list(compose_callbacks("default")) == ["throughput", "cuda_cache"]
+    assert list(compose_callbacks("default")) == ["throughput", "cuda_cache", "fused_optimizer"]
 
 
 def test_fast_preset_order() -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.datamodule import UpdateRound
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import ReplayConfig, make_replay_buffer
 
@@ -137,3 +138,34 @@ def test_prioritized_sampling_follows_the_priorities_across_blocks():
     assert torch.equal(other._block_sum, sampler._block_sum) and torch.equal(
         other._block_min, sampler._block_min
     )
+
+
+class _RoundOwner:
+    """What an ``UpdateRound`` reads of the data module, around a real replay buffer."""
+
+    def __init__(self, replay, batch_size: int, stop_after: int | None = None) -> None:
+        self.replay, self.replay_cfg = replay, ReplayConfig(batch_size=batch_size)
+        self.owed_updates, self.updates, self.stop_after = 10, 0, stop_after
+        self.trainer = type("T", (), {"should_stop": False})()
+
+    def stop_now(self, _: bool) -> bool:
+        return self.stop_after is not None and self.updates >= self.stop_after
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+def test_a_round_draws_uniform_samples_at_once_and_prioritized_ones_one_by_one(prioritized, monkeypatch):
+    replay = make_replay_buffer(ReplayConfig(capacity=1000, batch_size=16, prioritized=prioritized))
+    replay.extend(TensorDict({"observation": torch.arange(500.0).unsqueeze(-1)}, [500]))
+    calls = []
+    sample = replay.sample
+    monkeypatch.setattr(replay, "sample", lambda *a, **k: calls.append(a) or sample(*a, **k))
+    owner = _RoundOwner(replay, 16)
+    samples = [s.clone() for s in UpdateRound(owner, 6)]
+    assert len(samples) == 6 and all(s.batch_size == (16,) for s in samples)
+    assert calls == ([(96,)] if not prioritized else [()] * 6)
+    assert owner.updates == 6 and owner.owed_updates == 4
+    rows = torch.cat([s["observation"] for s in samples]).flatten()
+    assert rows.unique().numel() > 60  # 96 draws with replacement from 500 rows: not one sample repeated
+    # A stop request ends the round between updates; the rest stays owed.
+    owner = _RoundOwner(replay, 16, stop_after=2)
+    assert len(list(UpdateRound(owner, 6))) == 2 and owner.owed_updates == 8 and owner.trainer.should_stop

@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import shutil
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
+from torchrl.data.replay_buffers.samplers import RandomSampler
 
 from rl_lightning.algos.base import PRIORITY_KEY, ReplayRequirements
 from rl_lightning.data.nstep import NStepReturns
@@ -148,6 +150,12 @@ class UpdateRound:
     optimizer wrappers: about a millisecond on a CPU, as much as a small network's update) once per
     round instead of once per update; callbacks that act on frames lose nothing, since frames only change
     between collections. A stop request is honoured between updates (the rest stays owed).
+
+    With uniform sampling (TorchRL's ``RandomSampler``: indices drawn with replacement, independent of
+    the updates) the round's ``n`` samples are drawn in one call of ``n * batch_size`` rows and split:
+    the same distribution as ``n`` calls, since the buffer does not change within a round, at a quarter of
+    the cost (one index draw and one gather instead of ``n``). Prioritized and trajectory-slice samples
+    are drawn one by one: a prioritized sample must see the priorities of the update before it.
     """
 
     def __init__(self, dm: RLDataModule, n: int) -> None:
@@ -157,15 +165,28 @@ class UpdateRound:
     def __len__(self) -> int:
         return self.n
 
+    def _samples(self) -> Iterator[TensorDictBase]:
+        replay = self.dm.replay
+        if self.n > 1 and type(replay.sampler) is RandomSampler:
+            batch_size = self.dm.replay_cfg.batch_size
+            with warnings.catch_warnings():  # the buffer's batch size is the one of a single update
+                warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
+                rows = replay.sample(batch_size * self.n)
+            yield from rows.split(batch_size)
+        else:
+            while True:
+                yield replay.sample()
+
     def __iter__(self) -> Iterator[TensorDictBase]:
         dm = self.dm
+        samples = self._samples()
         for _ in range(self.n):
             if dm.stop_now(False):
                 dm.trainer.should_stop = True
                 return
             dm.owed_updates -= 1
             dm.updates += 1
-            yield dm.replay.sample()
+            yield next(samples)
 
     def feedback(self, output: TensorDictBase) -> None:
         """Applies what an update returned: new priorities (prioritized replay)."""
