@@ -319,7 +319,7 @@ def test_aciqn_delays_the_actor_and_the_targets_and_keeps_the_critics_out_of_the
     m = make_aciqn(policy_delay=2, tau=0.1)
     actor0, critic0 = params(m.actor), params(m.critic)
     targets0 = params(m.actor_target) + params(m.critic_target)
-    first = m.schedule(continuous_batch(1))  # update 1 of 2: critic only
+    first = m.prepare_sample(continuous_batch(1))  # update 1 of 2: critic only
     assert CRITIC_ONLY in first.keys() and m.num_updates == 1
     out = m.update(first)
     assert set(out.keys()) == {"loss_qvalue", "loss_actor", "q_mean", "grad_norm"}
@@ -330,7 +330,7 @@ def test_aciqn_delays_the_actor_and_the_targets_and_keeps_the_critics_out_of_the
     assert out["loss_actor"] == 0
     critic1 = params(m.critic)
     at1, ct1 = params(m.actor_target), params(m.critic_target)
-    second = m.schedule(continuous_batch(2))  # update 2 of 2: critics, actor, Polyak targets
+    second = m.prepare_sample(continuous_batch(2))  # update 2 of 2: critics, actor, Polyak targets
     assert CRITIC_ONLY not in second.keys()
     out = m.update(second)
     assert not same(actor0, params(m.actor)) and out["loss_actor"] != 0
@@ -394,7 +394,7 @@ def test_aciqn_acts_within_bounds_and_evaluates_deterministically() -> None:
 def test_aciqn_update_counter_is_checkpointed() -> None:
     m = make_aciqn()
     for i in range(3):
-        m.update(m.schedule(continuous_batch(i)))
+        m.update(m.prepare_sample(continuous_batch(i)))
     ckpt: dict = {}
     m.on_save_checkpoint(ckpt)
     fresh = make_aciqn()

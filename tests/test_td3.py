@@ -11,7 +11,6 @@ from test_sac import check_per_and_n_step, fit_with_per_and_n_step
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
-from rl_lightning.algos.common import ScheduledRound
 from rl_lightning.algos.td3 import CRITIC_ONLY, DDPG, TD3
 
 OBS, ACT, B = 3, 2, 64
@@ -138,7 +137,7 @@ def test_actor_and_targets_move_only_every_policy_delay_updates_and_by_polyak(cl
     for i in range(1, 2 * delay + 1):
         actor0, critic0 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets0 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
-        out = m.update(m.schedule(batch(i)))
+        out = m.update(m.prepare_sample(batch(i)))
         assert set(out.keys()) == {"loss_qvalue", "loss_actor", "q_mean"}
         actor1, critic1 = leaves(loss.actor_network_params), leaves(critic_params(m))
         targets1 = leaves(loss.target_actor_network_params) + leaves(target_critic_params(m))
@@ -156,15 +155,15 @@ def test_actor_and_targets_move_only_every_policy_delay_updates_and_by_polyak(cl
 def test_schedule_marks_critic_only_batches_on_the_host_and_checkpoints_its_counter():
     m = make(policy_delay=2)
     td = batch()
-    marked = m.schedule(td)
+    marked = m.prepare_sample(td)
     assert CRITIC_ONLY in marked.keys() and CRITIC_ONLY not in td.keys()
     assert marked[CRITIC_ONLY].shape == (B, 0)
-    assert m.schedule(td) is td  # the second update steps the actor
+    assert m.prepare_sample(td) is td  # the second update steps the actor
     checkpoint: dict = {}
     m.on_save_checkpoint(checkpoint)
     other = make(policy_delay=2)
     other.on_load_checkpoint(checkpoint)
-    assert other.num_updates == 2 and CRITIC_ONLY in other.schedule(td).keys()
+    assert other.num_updates == 2 and CRITIC_ONLY in other.prepare_sample(td).keys()
 
 
 def test_training_step_schedules_every_sample_of_a_round():
@@ -185,20 +184,20 @@ def test_training_step_schedules_every_sample_of_a_round():
         def feedback(self, output) -> None:
             self.fed.append(output)
 
+    seen = []
+    update = m.update
+    m.update = lambda sample: seen.append(CRITIC_ONLY in sample.keys()) or update(sample)
     samples = Round()
-    scheduled = ScheduledRound(samples, m.schedule)
-    marked = [CRITIC_ONLY in s.keys() for s in scheduled]
-    assert marked == [True, False, True, True, False] and m.num_updates == 6  # updates 2..6: 3 and 6 step
-    assert len(scheduled) == 5
-    scheduled.feedback("out")
-    assert samples.fed == ["out"]
+    out = m.training_step(samples, 1)
+    assert seen == [True, False, True, True, False] and m.num_updates == 6  # updates 2..6: 3 and 6 step
+    assert out["updates"] == 5 and len(samples.fed) == 5  # every update's output went back to the round
 
 
 def test_critic_only_update_reports_the_last_actor_loss():
     m = make()
     full = m.update(batch(1))
     before = leaves(m.loss_module.actor_network_params)
-    critic_only = m.update(m.schedule(batch(2)))
+    critic_only = m.update(m.prepare_sample(batch(2)))
     assert all(torch.equal(a, b) for a, b in zip(before, leaves(m.loss_module.actor_network_params)))
     assert torch.equal(critic_only["loss_actor"], full["loss_actor"])
     assert not torch.equal(critic_only["loss_qvalue"], full["loss_qvalue"])
@@ -250,7 +249,7 @@ def test_prioritized_update_returns_abs_td_errors(monkeypatch, cls):
 def test_grad_clipping_reports_both_norms_on_every_update():
     m = make(grad_clip=0.5)
     assert {"grad_norm_qvalue", "grad_norm_actor"} <= set(m.update(batch(1)).keys())
-    assert {"grad_norm_qvalue", "grad_norm_actor"} <= set(m.update(m.schedule(batch(2))).keys())
+    assert {"grad_norm_qvalue", "grad_norm_actor"} <= set(m.update(m.prepare_sample(batch(2))).keys())
 
 
 def test_rejects_discrete_actions_and_bad_values():

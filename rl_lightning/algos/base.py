@@ -239,6 +239,15 @@ class RLModule(L.LightningModule, ABC):
             if old in state and new not in state:
                 state[new] = state.pop(old)
 
+    def prepare_sample(self, sample: TensorDictBase) -> TensorDictBase:
+        """Host-side work on each replay sample just before its ``update`` (here: none).
+
+        Called one sample at a time, as the data path draws them, so a Python counter here follows the
+        updates (the delayed actor of TD3, DDPG and AC-IQN marks samples critic-only). It runs outside
+        ``update``, so it may branch in Python without breaking a compiled or CUDA-graphed ``update``.
+        """
+        return sample
+
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         """One update per replay sample of the batch.
 
@@ -249,10 +258,10 @@ class RLModule(L.LightningModule, ABC):
         metrics; throughput monitors count the updates).
         """
         if isinstance(batch, TensorDictBase):
-            return {"metrics": self.update(batch), "updates": 1}
+            return {"metrics": self.update(self.prepare_sample(batch)), "updates": 1}
         out, n = None, 0
         for sample in batch:
-            out = self.update(sample)
+            out = self.update(self.prepare_sample(sample))
             batch.feedback(out)
             n += 1
         return {"metrics": out, "updates": n}

@@ -1,15 +1,14 @@
 """Parts every algorithm family shares: action scaling, Polyak targets, schedules, per-env state, the
-delayed actor's scheduled rounds of samples, and the deterministic policies ``RLModule.export_policy``
+delayed actor's schedule, and the deterministic policies ``RLModule.export_policy``
 returns.
 
 The tensor parts are device-side and free of host syncs, so they can sit inside compiled and CUDA-graphed
-hot paths; :class:`ScheduledRound` works on the host, between updates.
+hot paths; :func:`mark_critic_only` works on the host, between updates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
 
 import torch
 from tensordict import TensorDictBase
@@ -19,14 +18,15 @@ from torchrl.data import Bounded, TensorSpec
 from rl_lightning.algos.base import IncompatibleEnvError
 
 __all__ = [
+    "CRITIC_ONLY",
     "ActionScaler",
     "GreedyPolicy",
     "LinearSchedule",
     "PerEnvState",
     "ScaledActorPolicy",
-    "ScheduledRound",
     "bootstrapped_targets",
     "episode_start",
+    "mark_critic_only",
     "polyak_update",
     "weighted_mean",
 ]
@@ -171,26 +171,23 @@ class LinearSchedule(nn.Module):
         return self.bounds[0] + (self.bounds[1] - self.bounds[0]) * frac
 
 
-class ScheduledRound:
-    """A round of replay samples from the data path whose samples pass through ``schedule`` as they are drawn.
+#: Batch key that makes a delayed actor's ``update`` skip the actor step (its presence counts, not its value).
+CRITIC_ONLY = "critic_only"
 
-    The algorithms with a delayed actor (TD3, DDPG, AC-IQN) mark each sample critic-only or not on the host
-    (their ``schedule``), one by one, so the counter follows the updates. Everything else (``feedback``,
-    ``len``) is the round's own.
+
+def mark_critic_only(batch: TensorDictBase, update_number: int, policy_delay: int) -> TensorDictBase:
+    """The delayed actor's schedule for update ``update_number`` (counted from 1), on the host.
+
+    Every ``policy_delay``-th update steps the actor: ``batch`` is returned as it is. The others get a
+    shallow copy carrying :data:`CRITIC_ONLY`, an empty ``[B, 0]`` tensor: it changes the batch's signature
+    (its keys), so a compiled ``update`` has one variant per phase and a CUDA-graphed one a graph per
+    signature, at no memory or kernel cost.
     """
-
-    def __init__(self, samples: Any, schedule: Callable[[TensorDictBase], TensorDictBase]) -> None:
-        self._samples = samples
-        self._schedule = schedule
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        return (self._schedule(sample) for sample in self._samples)
-
-    def __len__(self) -> int:
-        return len(self._samples)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._samples, name)
+    if update_number % policy_delay == 0:
+        return batch
+    marked = batch.copy()
+    marked.set(CRITIC_ONLY, batch.get("observation").new_empty((*batch.batch_size, 0)))
+    return marked
 
 
 def episode_start(td: TensorDictBase) -> Tensor | None:

@@ -8,7 +8,7 @@ Actors act in ``[-1, 1]`` (a tanh output layer); noise scales are in those units
 affinely to the env's bounds (stored actions are mapped back in ``update``).
 
 The delayed actor update: ``update(batch)`` is one full step (critic, actor, targets); a batch that
-carries the key ``"critic_only"`` gets the critic step alone. ``training_step`` marks ``policy_delay - 1``
+carries the key ``"critic_only"`` gets the critic step alone. ``prepare_sample`` marks ``policy_delay - 1``
 of every ``policy_delay`` batches on the host from a Python update counter, so no tensor is read and no
 Python branch depends on a tensor value: a compiled ``update`` has one variant per schedule phase and a
 CUDA-graphed one has one graph per input signature (critic-only and full), both of static shapes.
@@ -27,13 +27,11 @@ from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, ScheduledRound
+from rl_lightning.algos.common import CRITIC_ONLY, ActionScaler, ScaledActorPolicy, mark_critic_only
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
 __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
 
-#: Batch key that makes ``update`` skip the actor step (its presence counts, not its value).
-CRITIC_ONLY = "critic_only"
 #: Checkpoint entry of the host-side update counter that schedules the delayed actor.
 _COUNTER_KEY = "actor_critic_updates"
 
@@ -142,29 +140,14 @@ class DeterministicActorCritic(RLModule):
         """The actor's action without noise, in the env's bounds (what ``act_eval`` does)."""
         return ScaledActorPolicy(self.actor_net, self.actions)
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        """The base class's training step on samples marked by the actor schedule.
-
-        ``batch`` is one replay sample or a round of them from the data path; each sample is scheduled
-        as it is drawn, so the counter follows the updates one by one.
-        """
-        if isinstance(batch, TensorDictBase):
-            return super().training_step(self.schedule(batch), batch_idx)
-        return super().training_step(ScheduledRound(batch, self.schedule), batch_idx)
-
-    def schedule(self, batch: TensorDictBase) -> TensorDictBase:
+    def prepare_sample(self, batch: TensorDictBase) -> TensorDictBase:
         """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
 
         Returns:
             ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
         """
         self.num_updates += 1
-        if self.num_updates % self.policy_delay == 0:
-            return batch
-        marked = batch.copy()
-        # An empty [B, 0] tensor: it changes the batch's signature (keys), costs no memory and no kernel.
-        marked.set(CRITIC_ONLY, batch.get("observation").new_empty((*batch.batch_size, 0)))
-        return marked
+        return mark_critic_only(batch, self.num_updates, self.policy_delay)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -208,7 +191,7 @@ class DeterministicActorCritic(RLModule):
         if clip is not None:
             metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], clip).detach()
         opt_critic.step()
-        # A key of the batch, set on the host by ``schedule``: no tensor is read.
+        # A key of the batch, set on the host by ``prepare_sample``: no tensor is read.
         if CRITIC_ONLY not in batch.keys():
             loss_pi = self._actor_loss(td)
             opt_actor.zero_grad(set_to_none=False)

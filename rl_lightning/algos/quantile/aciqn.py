@@ -12,7 +12,7 @@ TorchRL's ``TD3Loss`` regresses a scalar Q; there is no distributional actor-cri
 the critic loss is :func:`~rl_lightning.algos.quantile.math.quantile_huber_loss` (shared with IQN).
 
 The delayed actor: ``update(batch)`` is one full step (critics, actor, targets); a batch that carries the
-key ``"critic_only"`` gets the critic step alone. ``training_step`` marks ``policy_delay - 1`` of every
+key ``"critic_only"`` gets the critic step alone. ``prepare_sample`` marks ``policy_delay - 1`` of every
 ``policy_delay`` batches on the host from a Python update counter (saved in checkpoints), so no tensor is
 read and no Python branch depends on a tensor value: a compiled ``update`` has one variant per phase and a
 CUDA-graphed one one graph per input signature (the same scheme as TD3's module).
@@ -30,7 +30,13 @@ from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, ScaledActorPolicy, ScheduledRound, polyak_update
+from rl_lightning.algos.common import (
+    CRITIC_ONLY,
+    ActionScaler,
+    ScaledActorPolicy,
+    mark_critic_only,
+    polyak_update,
+)
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.nn.layers import Ensemble
@@ -38,8 +44,6 @@ from rl_lightning.nn.quantile import ImplicitQuantileNet, trunk
 
 __all__ = ["ACIQN", "CRITIC_ONLY"]
 
-#: Batch key that makes ``update`` skip the actor step (its presence counts, not its value).
-CRITIC_ONLY = "critic_only"
 #: Checkpoint entry of the host-side update counter that schedules the delayed actor.
 _COUNTER_KEY = "aciqn_updates"
 
@@ -182,29 +186,14 @@ class ACIQN(RLModule):
         shapes the actor's training objective only, not how it acts)."""
         return ScaledActorPolicy(self.actor, self.actions)
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        """The base class's training step on samples marked by the actor schedule.
-
-        ``batch`` is one replay sample or a round of them from the data path; each sample is scheduled
-        as it is drawn, so the counter follows the updates one by one.
-        """
-        if isinstance(batch, TensorDictBase):
-            return super().training_step(self.schedule(batch), batch_idx)
-        return super().training_step(ScheduledRound(batch, self.schedule), batch_idx)
-
-    def schedule(self, batch: TensorDictBase) -> TensorDictBase:
+    def prepare_sample(self, batch: TensorDictBase) -> TensorDictBase:
         """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
 
         Returns:
             ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
         """
         self.num_updates += 1
-        if self.num_updates % self.hparams.policy_delay == 0:
-            return batch
-        marked = batch.copy()
-        # An empty [B, 0] tensor: it changes the batch's signature (keys), costs no memory and no kernel.
-        marked.set(CRITIC_ONLY, batch.get("observation").new_empty((*batch.batch_size, 0)))
-        return marked
+        return mark_critic_only(batch, self.num_updates, self.hparams.policy_delay)
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """A critic step on ``batch`` (``[B]`` transitions), then, unless the batch is marked
@@ -215,7 +204,7 @@ class ACIQN(RLModule):
             and, for a prioritized sample, the per-sample critic losses as priorities.
         """
         metrics, per_sample = self.critic_step(batch)
-        # A key of the batch, set on the host by ``schedule``: no tensor is read.
+        # A key of the batch, set on the host by ``prepare_sample``: no tensor is read.
         if CRITIC_ONLY not in batch.keys():
             self.actor_step(batch)
         metrics.set("loss_actor", self.last_actor_loss.clone())
