@@ -66,3 +66,26 @@ def test_async_vectorization_gives_the_same_keys():
         assert {"observation", "episode_reward", "step_count"} <= set(td["next"].keys())
     finally:
         env.close()
+
+
+def test_the_collectors_step_equals_torchrls_step_then_step_mdp():
+    """The lean ``step_and_maybe_reset`` gives what ``EnvBase.step`` followed by ``step_mdp`` gives, across
+    episode ends, and carries the policy's other entries into the next root as ``step_mdp`` does."""
+    lean, generic = (make_env(EnvConfig(id="CartPole-v1", num_envs=3), seed=7) for _ in range(2))
+    root_lean, root_generic = lean.reset(), generic.reset()
+    g = torch.Generator().manual_seed(0)
+    ends = 0
+    for _ in range(120):
+        action = torch.randint(0, 2, (3,), generator=g)
+        for root in (root_lean, root_generic):
+            root.set("action", action.clone())
+            root.set("policy_note", action.float() * 2)  # something a policy writes besides the action
+        root_generic.set("_step", torch.ones(3, dtype=torch.bool))  # forces EnvBase.step + step_mdp
+        out_lean, root_lean = lean.step_and_maybe_reset(root_lean)
+        out_generic, root_generic = generic.step_and_maybe_reset(root_generic)
+        assert (out_lean["next"] == out_generic["next"]).all()
+        assert set(root_lean.keys()) == set(root_generic.keys()) - {"_step"}
+        assert (root_lean == root_generic.exclude("_step")).all()
+        assert torch.equal(root_lean["policy_note"], action.float() * 2)
+        ends += int(out_lean["next", "done"].sum())
+    assert ends > 0  # CartPole episodes ended (and were reset inside the step) along the way

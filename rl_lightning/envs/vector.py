@@ -51,6 +51,10 @@ def action_spec_from_space(space: gym.Space, num_envs: int) -> Bounded | Categor
     )
 
 
+#: The entries of a root (pre-step) tensordict that the env itself writes.
+_ROOT_KEYS = ("observation", "episode_reward", "step_count", "done", "terminated", "truncated")
+
+
 class GymVecEnv(EnvBase):
     """``num_envs`` gymnasium environments as one batched TorchRL environment.
 
@@ -207,12 +211,25 @@ class GymVecEnv(EnvBase):
         return out
 
     def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        tensordict = self.step(tensordict)
-        root = self._step_mdp(tensordict)
-        # The finished envs were reset inside the step: the root of the next step carries their first
-        # observation and fresh counters, and no env is done.
+        """The collector's step, without ``EnvBase.step``'s generic processing.
+
+        ``_step`` already returns every key of the next step with the specs' shapes and dtypes, and the
+        finished envs were reset inside it, so what ``EnvBase.step`` adds (reward reshaping, completing
+        done keys, partial steps) and ``step_mdp`` followed by ``maybe_reset`` have nothing to do here: the
+        root of the next step is a fresh root (first observations and counters for the finished envs, no
+        env done) plus the other entries of this step's root (the action and whatever else the policy
+        wrote), as ``step_mdp`` carries them. Collection over 16 CartPole envs went from 0.30x to 0.36x the
+        frames/s of raw gymnasium stepping with it (``benchmarks/collection.py``, measured beside other
+        load).
+        """
+        if "_step" in tensordict.keys():  # a partial step: never produced for this env, but honoured
+            tensordict = self.step(tensordict)
+            root = self._step_mdp(tensordict)
+        else:
+            tensordict.set("next", self._step(tensordict))
+            root = tensordict.exclude("next", *_ROOT_KEYS)
         fresh = self._root_td()
-        for key in ("observation", "episode_reward", "step_count", "done", "terminated", "truncated"):
+        for key in _ROOT_KEYS:
             root.set(key, fresh.get(key))
         return tensordict, root
 
