@@ -8,7 +8,8 @@ Two steps, so that the long training can run in the background and be resumed:
 
     # curves and cost of the runs, 200 games against each opponent, the chosen checkpoint shipped
     python benchmarks/hockey_agent.py report --runs hockey_sac hockey_td3 --ship hockey_sac:best
-        [--games 200] [--workdir DIR] [--out benchmarks/agents/NAME.ckpt] [--plot docs/images/hockey.png]
+        [--games 200] [--fresh-seeds 20000 30000] [--workdir DIR] [--out benchmarks/agents/NAME.ckpt]
+        [--plot docs/images/hockey.png]     # a run in another work directory: DIR::NAME
 
 ``train`` is ``python -m rl_lightning fit +experiment=sac_hockey_curriculum [algo=td3] total_frames=F
 name=NAME seed=S`` in ``--workdir`` (its own MLflow store). ``report`` reads each run back from that store:
@@ -17,7 +18,9 @@ the evaluation curves against frames (20 games per opponent every 20k frames: ``
 metric, resumes included); then evaluates the shipped checkpoint with the CLI,
 ``python -m rl_lightning evaluate ckpt=CKPT episodes=GAMES``, which plays ``GAMES`` new NORMAL games
 against the weak and ``GAMES`` against the strong opponent (the run's ``eval.variants``, its evaluation
-seed), and copies the checkpoint to ``benchmarks/agents/``. Writes ``benchmarks/results/hockey_agent.json``.
+seed; the run's periodic evaluations chose the checkpoint on its first 20 of them) and again on
+``--fresh-seeds`` (games no evaluation saw), and copies the checkpoint to ``benchmarks/agents/``.
+Writes ``benchmarks/results/hockey_agent.json``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ CURVES = (
     "eval/strong/win_rate", "eval/strong/loss_rate", "eval/strong/draw_rate",
     "eval/win_rate", "curriculum/stage",
 )  # fmt: skip
+RATES = ("win", "loss", "draw")
 GOALS = {"weak_win": 0.90, "weak_loss_max": 0.05, "strong_win": 0.80}
 
 
@@ -97,20 +101,52 @@ def read_run(client: mlflow.MlflowClient, name: str) -> dict:
     }
 
 
-def report(args: argparse.Namespace) -> None:
-    client = mlflow.MlflowClient(f"sqlite:///{args.workdir / 'mlflow.db'}")
-    runs = [read_run(client, name) for name in args.runs]
-    ship_run, ship_which = args.ship.split(":")
-    (ckpt,) = sorted(args.workdir.glob(f"runs/{ship_run}/*/checkpoints/{ship_which}.ckpt"))[-1:]
-    saved = torch.load(ckpt, weights_only=True, map_location="cpu")
-    frames = next(v["frames"] for k, v in saved.items() if k.endswith("RLDataModule"))
-    with tempfile.TemporaryDirectory() as tmp:
-        line = cli(Path(tmp), "evaluate", f"ckpt={ckpt}", f"episodes={args.games}", "logger=none")
-    stats = json.loads(line)
-    shipped = {
-        opponent: {k: stats[f"{opponent}/{k}_rate"] for k in ("win", "loss", "draw")}
+def goals_met(rates: dict[str, dict[str, float]]) -> dict[str, bool]:
+    return {
+        "weak_win": rates["weak"]["win"] >= GOALS["weak_win"],
+        "weak_loss_max": rates["weak"]["loss"] <= GOALS["weak_loss_max"],
+        "strong_win": rates["strong"]["win"] >= GOALS["strong_win"],
+    }
+
+
+def pooled(evaluations: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """The rates of several evaluations of equally many games, taken together."""
+    return {
+        opponent: {
+            k: sum(e[opponent][k] for e in evaluations) / len(evaluations) for k in ("win", "loss", "draw")
+        }
         for opponent in ("weak", "strong")
     }
+
+
+def locate(spec: str, workdir: Path) -> tuple[Path, str]:
+    """``[DIR::]NAME`` -> (the work directory, the name); without ``DIR::`` it is ``--workdir``."""
+    where, _, name = spec.rpartition("::")
+    return (Path(where).resolve() if where else workdir), name
+
+
+def report(args: argparse.Namespace) -> None:
+    runs = []
+    for spec in args.runs:
+        workdir, name = locate(spec, args.workdir)
+        runs.append(read_run(mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}"), name))
+    workdir, ship = locate(args.ship, args.workdir)
+    ship_run, ship_which = ship.split(":")
+    (ckpt,) = sorted(workdir.glob(f"runs/{ship_run}/*/checkpoints/{ship_which}.ckpt"))[-1:]
+    saved = torch.load(ckpt, weights_only=True, map_location="cpu")
+    frames = next(v["frames"] for k, v in saved.items() if k.endswith("RLDataModule"))
+
+    def evaluate(*extra: str) -> dict[str, dict[str, float]]:
+        with tempfile.TemporaryDirectory() as tmp:
+            line = cli(Path(tmp), "evaluate", f"ckpt={ckpt}", f"episodes={args.games}", "logger=none", *extra)
+        stats = json.loads(line)
+        return {
+            opponent: {k: stats[f"{opponent}/{k}_rate"] for k in ("win", "loss", "draw")}
+            for opponent in ("weak", "strong")
+        }
+
+    shipped = evaluate()
+    fresh = {seed: evaluate(f"eval_seed={seed}") for seed in args.fresh_seeds}
     out = args.out or ROOT / "benchmarks" / "agents" / f"{ship_run}.ckpt"
     out.parent.mkdir(parents=True, exist_ok=True)
     # The checkpoint without optimizer states: what evaluation needs, a third of the size.
@@ -125,12 +161,10 @@ def report(args: argparse.Namespace) -> None:
         "frames": frames,
         "games_per_opponent": args.games,
         "evaluation": shipped,
+        "evaluation_on_fresh_seeds": fresh,
         "goals": GOALS,
-        "goals_met": {
-            "weak_win": shipped["weak"]["win"] >= GOALS["weak_win"],
-            "weak_loss_max": shipped["weak"]["loss"] <= GOALS["weak_loss_max"],
-            "strong_win": shipped["strong"]["win"] >= GOALS["strong_win"],
-        },
+        "goals_met": goals_met(shipped),
+        "goals_met_on_fresh_seeds": goals_met(pooled(list(fresh.values()))) if fresh else None,
         "reproduce": f"python -m rl_lightning evaluate ckpt={shown} episodes={args.games}",
     }
     write(
@@ -177,8 +211,15 @@ def main() -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--workdir", type=Path, default=default_workdir)
     r = sub.add_parser("report", help="curves and cost of runs; evaluate and ship a checkpoint")
-    r.add_argument("--runs", nargs="+", required=True)
-    r.add_argument("--ship", required=True, help="RUN:best or RUN:last")
+    r.add_argument("--runs", nargs="+", required=True, help="[DIR::]RUN, DIR a work directory")
+    r.add_argument("--ship", required=True, help="[DIR::]RUN:best or [DIR::]RUN:last")
+    r.add_argument(
+        "--fresh-seeds",
+        type=int,
+        nargs="*",
+        default=[20000, 30000],
+        help="also evaluate the shipped agent on these eval seeds (games never seen in training)",
+    )
     r.add_argument("--games", type=int, default=200)
     r.add_argument("--workdir", type=Path, default=default_workdir)
     r.add_argument("--out", type=Path, default=None)
