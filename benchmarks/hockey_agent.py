@@ -130,9 +130,13 @@ def report(args: argparse.Namespace) -> None:
     for spec in args.runs:
         workdir, name = locate(spec, args.workdir)
         runs.append(read_run(mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}"), name))
-    workdir, ship = locate(args.ship, args.workdir)
-    ship_run, ship_which = ship.split(":")
-    (ckpt,) = sorted(workdir.glob(f"runs/{ship_run}/*/checkpoints/{ship_which}.ckpt"))[-1:]
+    if args.ship.endswith(".ckpt"):  # a checkpoint file (a copy of one the run wrote)
+        ckpt = Path(args.ship).resolve()
+        ship_run, ship_which = args.runs[-1].rpartition("::")[2], ckpt.stem
+    else:
+        workdir, ship = locate(args.ship, args.workdir)
+        ship_run, ship_which = ship.split(":")
+        (ckpt,) = sorted(workdir.glob(f"runs/{ship_run}/*/checkpoints/{ship_which}.ckpt"))[-1:]
     saved = torch.load(ckpt, weights_only=True, map_location="cpu")
     frames = next(v["frames"] for k, v in saved.items() if k.endswith("RLDataModule"))
 
@@ -157,7 +161,7 @@ def report(args: argparse.Namespace) -> None:
     agent = {
         "run": ship_run,
         "checkpoint": shown,
-        "from": f"{ship_which}.ckpt",
+        "from": ckpt.name if args.ship.endswith(".ckpt") else f"{ship_which}.ckpt",
         "frames": frames,
         "games_per_opponent": args.games,
         "evaluation": shipped,
@@ -212,7 +216,9 @@ def main() -> None:
     t.add_argument("--workdir", type=Path, default=default_workdir)
     r = sub.add_parser("report", help="curves and cost of runs; evaluate and ship a checkpoint")
     r.add_argument("--runs", nargs="+", required=True, help="[DIR::]RUN, DIR a work directory")
-    r.add_argument("--ship", required=True, help="[DIR::]RUN:best or [DIR::]RUN:last")
+    r.add_argument(
+        "--ship", required=True, help="[DIR::]RUN:best, [DIR::]RUN:last, or a checkpoint file of the last run"
+    )
     r.add_argument(
         "--fresh-seeds",
         type=int,
