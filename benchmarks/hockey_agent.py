@@ -74,30 +74,34 @@ def train(args: argparse.Namespace) -> None:
 
 
 def read_run(client: mlflow.MlflowClient, name: str) -> dict:
-    """Curves, frames and hours of the newest MLflow run called ``name``."""
+    """Curves, frames and hours of the MLflow runs called ``name`` (a resume that started a new MLflow run
+    continues the curves; where two runs logged the same frames, the newer one counts)."""
     runs = client.search_runs(
         [e.experiment_id for e in client.search_experiments()],
         filter_string=f"attributes.run_name = '{name}'",
-        order_by=["attributes.start_time DESC"],
+        order_by=["attributes.start_time ASC"],
     )
     if not runs:
         raise SystemExit(f"no MLflow run named {name!r} in the work directory's store")
-    run = runs[0]
-    curves = {
-        key: sorted([int(m.step), round(m.value, 4)] for m in client.get_metric_history(run.info.run_id, key))
-        for key in CURVES
-    }
-    frames = client.get_metric_history(run.info.run_id, "time/frames")
-    last_ms = max(m.timestamp for m in frames)
-    params = run.data.params
+    curves: dict[str, dict[int, float]] = {key: {} for key in CURVES}
+    frames, last_ms = 0, 0
+    for run in runs:
+        for key in CURVES:
+            for m in client.get_metric_history(run.info.run_id, key):
+                curves[key][int(m.step)] = round(m.value, 4)
+        history = client.get_metric_history(run.info.run_id, "time/frames")
+        if history:
+            frames = max(frames, int(max(m.value for m in history)))
+            last_ms = max(last_ms, max(m.timestamp for m in history))
+    params = next((r.data.params for r in runs if r.data.params), {})
     return {
         "run": name,
         "algo": params.get("algo._target_", "").rsplit(".", 1)[-1],
         "seed": int(float(params.get("seed", 0))),
-        "frames": int(max(m.value for m in frames)),
-        "hours": round((last_ms - run.info.start_time) / 3.6e6, 2),
-        "status": run.info.status,
-        "curves": curves,
+        "frames": frames,
+        "hours": round((last_ms - runs[0].info.start_time) / 3.6e6, 2),
+        "mlflow_runs": len(runs),
+        "curves": {key: sorted([f, v] for f, v in points.items()) for key, points in curves.items()},
     }
 
 
@@ -151,7 +155,7 @@ def report(args: argparse.Namespace) -> None:
 
     shipped = evaluate()
     fresh = {seed: evaluate(f"eval_seed={seed}") for seed in args.fresh_seeds}
-    out = args.out or ROOT / "benchmarks" / "agents" / f"{ship_run}.ckpt"
+    out = (args.out or ROOT / "benchmarks" / "agents" / f"{ship_run}.ckpt").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     # The checkpoint without optimizer states: what evaluation needs, a third of the size.
     for key in ("optimizer_states", "lr_schedulers"):
@@ -179,6 +183,7 @@ def report(args: argparse.Namespace) -> None:
             "note": "curves: 20 games per opponent at each evaluation (every 20k frames); the shipped "
             "agent's figures: new games, the run's evaluation seed",
             "runs": runs,
+            "lineage": args.lineage,
             "shipped": agent,
         },
     )
@@ -195,7 +200,7 @@ def plot_runs(runs: list[dict], out: Path) -> None:
 
     groups = {}
     for run in runs:
-        label = f"{run['algo']} ({run['run']})"
+        label = f"{run['algo']} ({run['run']})" if run["algo"] else run["run"]
         groups[label] = {
             key: [(label, np.array([f for f, _ in pts]), np.array([v for _, v in pts]))]
             for key, pts in run["curves"].items()
@@ -229,6 +234,7 @@ def main() -> None:
     r.add_argument("--games", type=int, default=200)
     r.add_argument("--workdir", type=Path, default=default_workdir)
     r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--lineage", default="", help="how the runs relate (a resume of another's checkpoint)")
     r.add_argument("--plot", type=Path, default=None, help="also draw the runs' win/loss curves here")
     args = parser.parse_args()
     args.workdir = args.workdir.resolve()
