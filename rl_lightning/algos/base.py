@@ -132,6 +132,9 @@ class RLModule(L.LightningModule, ABC):
     ddp_find_unused_parameters: bool = False
     #: State-dict names of older versions -> today's (checkpoints written before a rename still load).
     legacy_state_keys: ClassVar[dict[str, str]] = {}
+    #: Name prefixes of older versions -> today's (``None``: such entries are dropped); the first matching
+    #: prefix applies, after ``legacy_state_keys``.
+    legacy_state_prefixes: ClassVar[dict[str, str | None]] = {}
 
     def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec) -> None:
         super().__init__()
@@ -233,11 +236,18 @@ class RLModule(L.LightningModule, ABC):
 
     # ------------------------------------------------------------------ Lightning hooks
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Renames the state-dict entries of older versions (``legacy_state_keys``) before they load."""
+        """Renames the state-dict entries of older versions (``legacy_state_keys``, then
+        ``legacy_state_prefixes``) before they load."""
         state = checkpoint.get("state_dict", {})
         for old, new in self.legacy_state_keys.items():
             if old in state and new not in state:
                 state[new] = state.pop(old)
+        for key in list(state):
+            prefix = next((p for p in self.legacy_state_prefixes if key.startswith(p)), None)
+            if prefix is not None:
+                value = state.pop(key)
+                if (new := self.legacy_state_prefixes[prefix]) is not None:
+                    state[new + key[len(prefix) :]] = value
 
     def prepare_sample(self, sample: TensorDictBase) -> TensorDictBase:
         """Host-side work on each replay sample just before its ``update`` (here: none).

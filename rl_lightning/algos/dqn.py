@@ -112,6 +112,14 @@ class DQN(RLModule):
 
     cuda_graph_safe = ("update", "act")
     legacy_state_keys: ClassVar[dict[str, str]] = {"eps_bounds": "epsilon_schedule.bounds"}
+    #: Versions built on TorchRL's ``DQNLoss`` named the networks differently; their actor shared its weights
+    #: with the loss, which also held the estimator's gamma.
+    legacy_state_prefixes: ClassVar[dict[str, str | None]] = {
+        "loss_module.value_network_params.module.0.module.": "q_net.",
+        "loss_module.target_value_network_params.module.0.module.": "target_q_net.",
+        "qnet.": None,
+        "loss_module.": None,
+    }
 
     def __init__(
         self,
@@ -254,21 +262,6 @@ class DQN(RLModule):
         else:
             tau = (self.num_updates % self.hparams.hard_update_every == 0).float()
         polyak_update(self.target_q_net.parameters(), self.q_net.parameters(), tau)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Checkpoints of the versions built on TorchRL's ``DQNLoss`` name the networks differently."""
-        state = checkpoint.get("state_dict", {})
-        old = {
-            "loss_module.value_network_params.module.0.module.": "q_net.",
-            "loss_module.target_value_network_params.module.0.module.": "target_q_net.",
-        }
-        for key in list(state):
-            for prefix, new in old.items():
-                if key.startswith(prefix):
-                    state[new + key[len(prefix) :]] = state.pop(key)
-            if key.startswith("qnet.") or key.startswith("loss_module."):
-                state.pop(key, None)  # the actor shared its weights with the loss; the estimator's gamma
-        super().on_load_checkpoint(checkpoint)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.make_optimizer(self.q_net.parameters(), self.hparams.lr)

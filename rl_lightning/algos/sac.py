@@ -34,6 +34,7 @@ import copy
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -162,6 +163,9 @@ class SoftActorCritic(RLModule):
 class SAC(SoftActorCritic):
     """Soft Actor-Critic for bounded continuous actions.
 
+    Checkpoints of the versions built on TorchRL's ``SACLoss`` load: their entries are renamed
+    (``legacy_state_keys``, ``legacy_state_prefixes``).
+
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
@@ -177,6 +181,14 @@ class SAC(SoftActorCritic):
         num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
         grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
     """
+
+    legacy_state_keys: ClassVar[dict[str, str]] = {"loss_module.log_alpha": "log_alpha"}
+    #: The rest of a ``SACLoss``'s entries: the actor's shared weights, alpha's initial value, gamma.
+    legacy_state_prefixes: ClassVar[dict[str, str | None]] = {
+        "loss_module.qvalue_network_params.module.": "critic.",
+        "loss_module.target_qvalue_network_params.module.": "target_critic.",
+        "loss_module.": None,
+    }
 
     def __init__(
         self,
@@ -267,23 +279,6 @@ class SAC(SoftActorCritic):
 
     def _update_targets(self) -> None:
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), self.hparams.tau)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Checkpoints of the versions built on TorchRL's ``SACLoss`` name the networks differently."""
-        state = checkpoint.get("state_dict", {})
-        old = {
-            "loss_module.qvalue_network_params.module.": "critic.",
-            "loss_module.target_qvalue_network_params.module.": "target_critic.",
-        }
-        for key in list(state):
-            for prefix, new in old.items():
-                if key.startswith(prefix):
-                    state[new + key[len(prefix) :]] = state.pop(key)
-        if "loss_module.log_alpha" in state:
-            state["log_alpha"] = state.pop("loss_module.log_alpha")
-        for key in [k for k in state if k.startswith("loss_module.")]:
-            state.pop(key)  # the actor's shared weights, the temperature's initial value, gamma
-        super().on_load_checkpoint(checkpoint)
 
     # ------------------------------------------------------------------ hot paths
     @torch.no_grad()
