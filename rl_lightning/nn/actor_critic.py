@@ -113,9 +113,6 @@ class EnsembleQNet(nn.Module):
         super().__init__()
         self.net = ensemble_mlp(obs_dim + action_dim, hidden_sizes, 1, size)
 
-    def __len__(self) -> int:
-        return self.net[0].weight.shape[0]
-
     def forward(self, observation: Tensor, action: Tensor, detach: bool = False) -> Tensor:
         """``detach``: detached parameters (the actor loss's critics: gradients reach the action only)."""
         return self.net(torch.cat([observation, action], dim=-1), detach=detach)
