@@ -128,6 +128,10 @@ def test_epsilon_schedule_and_greedy_eval():
     assert torch.isclose(m.epsilon(), torch.tensor(0.55))
     m.set_frames(1000)
     assert torch.isclose(m.epsilon(), torch.tensor(0.1))
+    # A module restored from a checkpoint acts with the epsilon of the restored frame count at once.
+    restored = make(eps_start=1.0, eps_end=0.1, eps_decay_frames=100)
+    restored.load_state_dict(m.state_dict())
+    assert torch.isclose(restored.epsilon(), torch.tensor(0.1))
     obs = torch.randn(64, OBS)
     greedy = m.act_eval(TensorDict({"observation": obs}, [64]))["action"]
     assert torch.equal(greedy, m.q_values(obs).argmax(-1))

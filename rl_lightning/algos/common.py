@@ -155,9 +155,13 @@ class LinearSchedule(nn.Module):
     """A value that moves linearly from ``start`` to ``end`` over ``duration`` frames, then stays.
 
     Computed on the device from a frame count buffer (``RLModule.frames``), so reading it needs no sync.
+    ``value`` holds it at the frames last followed: ``RLModule.set_frames`` (once per collection) and a
+    checkpoint load call :meth:`follow_frames`, so the hot paths read ``value`` instead of computing it at
+    every step (eight small kernels, about a third of DQN's acting time on a CPU).
     """
 
     bounds: Tensor
+    value: Tensor
 
     def __init__(self, start: float, end: float, duration: int) -> None:
         super().__init__()
@@ -165,10 +169,15 @@ class LinearSchedule(nn.Module):
             raise ValueError(f"schedule duration={duration} must be >= 1 frame.")
         self.duration = duration
         self.register_buffer("bounds", torch.tensor([start, end]))
+        self.register_buffer("value", torch.tensor(float(start)), persistent=False)
 
     def forward(self, frames: Tensor) -> Tensor:
         frac = (frames / float(self.duration)).clamp(max=1.0)
         return self.bounds[0] + (self.bounds[1] - self.bounds[0]) * frac
+
+    def follow_frames(self, frames: Tensor) -> None:
+        """Sets ``value`` to the schedule at ``frames`` in place (a CUDA graph reading it sees it)."""
+        self.value.copy_(self(frames))
 
 
 #: Batch key that makes a delayed actor's ``update`` skip the actor step (its presence counts, not its value).

@@ -177,8 +177,8 @@ class DQN(RLModule):
         return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
 
     def epsilon(self) -> torch.Tensor:
-        """Linear epsilon schedule over frames, computed on the module's device."""
-        return self.epsilon_schedule(self.frames)
+        """The linear epsilon schedule at the frames last set (``set_frames``), on the module's device."""
+        return self.epsilon_schedule.value
 
     # ------------------------------------------------------------------ hot paths
     def q_values(self, observation: torch.Tensor) -> torch.Tensor:
@@ -243,9 +243,7 @@ class DQN(RLModule):
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(
-                self.q_net.parameters(), self.hparams.grad_clip, foreach=True
-            )
+            grad_norm = nn.utils.clip_grad_norm_(self._param_lists()[0], self.hparams.grad_clip, foreach=True)
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()
@@ -261,7 +259,12 @@ class DQN(RLModule):
             tau = self.hparams.tau
         else:
             tau = (self.num_updates % self.hparams.hard_update_every == 0).float()
-        polyak_update(self.target_q_net.parameters(), self.q_net.parameters(), tau)
+        online, target = self._param_lists()
+        polyak_update(target, online, tau)
+
+    def _collect_params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The Q-network's parameters and the target network's."""
+        return list(self.q_net.parameters()), list(self.target_q_net.parameters())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.make_optimizer(self.q_net.parameters(), self.hparams.lr)

@@ -60,7 +60,7 @@ SAC_OUTPUTS = ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy")
 class SoftActorCritic(RLModule):
     """What SAC and discrete SAC share: three optimizers, one update, Polyak targets, PER feedback.
 
-    Subclasses implement ``_losses`` (replay sample -> the losses and TD errors), ``_param_lists`` (the
+    Subclasses implement ``_losses`` (replay sample -> the losses and TD errors), ``_collect_params`` (the
     parameters of each optimizer), ``_update_targets``, ``act`` and ``act_eval``.
 
     Args:
@@ -116,8 +116,9 @@ class SoftActorCritic(RLModule):
         """
 
     @abstractmethod
-    def _param_lists(self) -> dict[str, list[Tensor]]:
-        """The parameters of the ``actor``, ``critic`` and ``alpha`` optimizers, in ``update``'s order."""
+    def _collect_params(self) -> dict[str, list[Tensor]]:
+        """The parameters of the ``actor``, ``critic`` and ``alpha`` optimizers, in ``update``'s order
+        (``_param_lists`` keeps them)."""
 
     @abstractmethod
     def _update_targets(self) -> None:
@@ -270,15 +271,18 @@ class SAC(SoftActorCritic):
             None if steps is None else steps.reshape(-1),
         )
 
-    def _param_lists(self) -> dict[str, list[Tensor]]:
+    def _collect_params(self) -> dict[str, list[Tensor]]:
+        """The optimizers' parameters, and the target critics' for the Polyak step."""
         return {
             "actor": list(self.actor_net.parameters()),
             "critic": list(self.critic.parameters()),
             "alpha": [self.log_alpha],
+            "target_critic": list(self.target_critic.parameters()),
         }
 
     def _update_targets(self) -> None:
-        polyak_update(self.target_critic.parameters(), self.critic.parameters(), self.hparams.tau)
+        params = self._param_lists()
+        polyak_update(params["target_critic"], params["critic"], self.hparams.tau)
 
     # ------------------------------------------------------------------ hot paths
     @torch.no_grad()

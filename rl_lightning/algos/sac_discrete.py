@@ -112,7 +112,6 @@ class DiscreteSAC(SoftActorCritic):
         # The loss creates its target-entropy buffer on first use: create it now, so that the state dict
         # has the same keys before and after the first update (checkpoints load either way).
         _ = self.loss_module.target_entropy
-        self._params_cache: dict[str, list[torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ losses
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
@@ -124,21 +123,14 @@ class DiscreteSAC(SoftActorCritic):
         out = self.loss_module(td)
         return {k: out.get(k) for k in SAC_OUTPUTS}, td.get("td_error")
 
-    def _param_lists(self) -> dict[str, list[torch.Tensor]]:
-        # Walking the TensorDictParams costs more than a small net's update on a CPU: cache the leaves,
-        # and drop the cache whenever the module moves (see ``_apply``).
-        if self._params_cache is None:
-            loss = self.loss_module
-            self._params_cache = {
-                "actor": list(loss.actor_network_params.values(True, True)),
-                "critic": list(loss.qvalue_network_params.values(True, True)),
-                "alpha": [loss.log_alpha],
-            }
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+    def _collect_params(self) -> dict[str, list[torch.Tensor]]:
+        """The leaves of the loss's actor and critic TensorDictParams, and its temperature."""
+        loss = self.loss_module
+        return {
+            "actor": list(loss.actor_network_params.values(True, True)),
+            "critic": list(loss.qvalue_network_params.values(True, True)),
+            "alpha": [loss.log_alpha],
+        }
 
     def _update_targets(self) -> None:
         self.target_updater.step()

@@ -99,7 +99,6 @@ class DeterministicActorCritic(RLModule):
         self.register_buffer("last_grad_norm_actor", torch.zeros(()))
         # Updates scheduled so far: a Python int, read on the host only (checkpointed, see below).
         self.num_updates = 0
-        self._params_cache: dict[str, list[torch.Tensor]] | None = None
 
     def _modules_for_loss(self, hidden_sizes: Sequence[int]) -> tuple[Actor, ValueOperator]:
         """The actor (around ``actor_net``) and a critic as TorchRL modules, for the loss to take over.
@@ -206,21 +205,14 @@ class DeterministicActorCritic(RLModule):
             metrics["grad_norm_actor"] = self.last_grad_norm_actor.clone()
         return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
 
-    def _param_lists(self) -> dict[str, list[torch.Tensor]]:
-        # Cached leaves of the TensorDictParams (walking them costs more than a small net's update on a
-        # CPU); dropped whenever the module moves (see ``_apply``).
-        if self._params_cache is None:
-            loss = self.loss_module
-            critic = loss.qvalue_network_params if isinstance(loss, TD3Loss) else loss.value_network_params
-            self._params_cache = {
-                "actor": list(loss.actor_network_params.values(True, True)),
-                "critic": list(critic.values(True, True)),
-            }
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+    def _collect_params(self) -> dict[str, list[torch.Tensor]]:
+        """The leaves of the loss's actor and critic TensorDictParams."""
+        loss = self.loss_module
+        critic = loss.qvalue_network_params if isinstance(loss, TD3Loss) else loss.value_network_params
+        return {
+            "actor": list(loss.actor_network_params.values(True, True)),
+            "critic": list(critic.values(True, True)),
+        }
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """Actor, then critic(s): one Adam each."""

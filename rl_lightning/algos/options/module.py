@@ -389,7 +389,8 @@ class SACOptions(RLModule):
                     metrics[f"grad_norm_{name}"] = nn.utils.clip_grad_norm_(params, hp.grad_clip)
         for opt in optimizers:
             opt.step()
-        polyak_update(self.target_critic.parameters(), self.critic.parameters(), hp.tau)
+        params = self._param_lists()
+        polyak_update(params["target_critic"], params["qvalue"], hp.tau)
 
         with torch.no_grad():
             metrics.update(self.usage.summary())
@@ -404,16 +405,21 @@ class SACOptions(RLModule):
         return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
 
     # ------------------------------------------------------------------ optimizers
-    def _param_groups(self) -> dict[str, list[Tensor]]:
-        """The parameters of each optimizer, in the order ``update`` steps them."""
-        groups = {
+    def _collect_params(self) -> dict[str, list[Tensor]]:
+        """The optimizer groups (:meth:`_param_groups`), then the target critics' parameters."""
+        params = {
             "actor": list(self.actor_net.parameters()),
             "qvalue": list(self.critic.parameters()),
             "alpha": [self.log_alpha],
         }
         if self.termination_net is not None:
-            groups["termination"] = list(self.termination_net.parameters())
-        return groups
+            params["termination"] = list(self.termination_net.parameters())
+        params["target_critic"] = list(self.target_critic.parameters())
+        return params
+
+    def _param_groups(self) -> dict[str, list[Tensor]]:
+        """The parameters of each optimizer, in the order ``update`` steps them."""
+        return {name: p for name, p in self._param_lists().items() if name != "target_critic"}
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """Intra-option policies, critics, temperature and (when learned) terminations: one Adam each."""

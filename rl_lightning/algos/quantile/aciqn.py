@@ -141,7 +141,6 @@ class ACIQN(RLModule):
         # The last actor loss, reported by every update (the actor steps only every policy_delay updates).
         self.register_buffer("last_actor_loss", torch.zeros(()))
         self.num_updates = 0  # host counter that schedules the actor steps; checkpointed
-        self._params_cache: dict[str, list[Tensor]] | None = None
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
@@ -241,7 +240,7 @@ class ACIQN(RLModule):
         opt = self.optimizer(1)
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
-        grad_norm = self._clip(self._params()["critic"], loss)
+        grad_norm = self._clip(self._param_lists()["critic"], loss)
         opt.step()
         metrics = TensorDict(
             {"loss_qvalue": loss.detach(), "q_mean": pred.detach().mean(), "grad_norm": grad_norm},
@@ -262,9 +261,9 @@ class ACIQN(RLModule):
         opt = self.optimizer(0)
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
-        self._clip(self._params()["actor"], loss)
+        self._clip(self._param_lists()["actor"], loss)
         opt.step()
-        p = self._params()
+        p = self._param_lists()
         polyak_update(p["actor_target"], p["actor"], hp.tau)
         polyak_update(p["critic_target"], p["critic"], hp.tau)
         self.last_actor_loss.copy_(loss.detach())
@@ -276,18 +275,10 @@ class ACIQN(RLModule):
             return torch.zeros((), device=loss.device)
         return nn.utils.clip_grad_norm_(params, self.hparams.grad_clip).detach()
 
-    def _params(self) -> dict[str, list[Tensor]]:
-        # Cached leaves (walking modules costs more than a small update on a CPU); dropped when moved.
-        if self._params_cache is None:
-            self._params_cache = {
-                name: list(getattr(self, name).parameters())
-                for name in ("actor", "critic", "actor_target", "critic_target")
-            }
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+    def _collect_params(self) -> dict[str, list[Tensor]]:
+        """The parameters of the actor, the critic and their targets."""
+        names = ("actor", "critic", "actor_target", "critic_target")
+        return {name: list(getattr(self, name).parameters()) for name in names}
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         return [

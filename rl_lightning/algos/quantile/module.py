@@ -109,7 +109,6 @@ class DiscreteDistributional(RLModule):
             "lr": lr, "gamma": gamma, "target_update": target_update, "tau": tau,
             "hard_update_every": hard_update_every, "grad_clip": grad_clip, "adam_eps": adam_eps,
         }  # fmt: skip
-        self._params_cache: tuple[list[Tensor], list[Tensor]] | None = None
 
     def _make_target(self) -> None:
         """Copies ``self.online`` into ``self.target`` (called by subclasses once ``online`` exists)."""
@@ -142,8 +141,8 @@ class DiscreteDistributional(RLModule):
         return ReplayRequirements(discount=self._cfg["gamma"], n_step=True, prioritized=True)
 
     def epsilon(self) -> Tensor:
-        """Linear epsilon schedule over frames, on the module's device."""
-        return self.epsilon_schedule(self.frames)
+        """The linear epsilon schedule at the frames last set (``set_frames``), on the module's device."""
+        return self.epsilon_schedule.value
 
     @property
     def noisy(self) -> bool:
@@ -206,16 +205,9 @@ class DiscreteDistributional(RLModule):
         return priority_feedback(metrics, batch, per_sample.detach())
 
     # ------------------------------------------------------------------ targets and optimizer
-    def _param_lists(self) -> tuple[list[Tensor], list[Tensor]]:
-        # Walking the modules costs more than a small net's update on a CPU: cache the leaves, and drop
-        # the cache whenever the module moves (see ``_apply``).
-        if self._params_cache is None:
-            self._params_cache = (list(self.online.parameters()), list(self.target.parameters()))
-        return self._params_cache
-
-    def _apply(self, fn, recurse: bool = True):
-        self._params_cache = None
-        return super()._apply(fn, recurse)
+    def _collect_params(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The online network's parameters and the target's."""
+        return list(self.online.parameters()), list(self.target.parameters())
 
     def _update_target(self) -> None:
         online, target = self._param_lists()

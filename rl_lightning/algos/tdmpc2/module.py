@@ -262,7 +262,7 @@ class TDMPC2(RLModule):
             ``total_loss``, ``grad_norm``, ``pi_loss``, ``pi_grad_norm``, ``pi_entropy``, ``pi_scale``,
             ``pi_log_std``.
         """
-        opt, pi_opt = self.optimizers()
+        opt, pi_opt = self.optimizer(0), self.optimizer(1)
         data = batch_from_tensordict(batch.reshape(-1, self.horizon))
         terminated = data.terminated if self.hparams.episodic else torch.zeros_like(data.terminated)
         data = data._replace(action=self.actions.from_env(data.action), terminated=terminated)
@@ -271,13 +271,13 @@ class TDMPC2(RLModule):
         # which is the same here: the target ensemble never uses dropout and the policy has none.
         out = self.loss_fn.model_loss(self.model, data)
         opt.zero_grad(set_to_none=False)
-        self.manual_backward(out.loss)
+        self.backward_loss(out.loss)
         grad_norm = nn.utils.clip_grad_norm_(self._model_params, self.hparams.grad_clip)
         opt.step()
 
         pi_loss, pi_metrics = self.loss_fn.policy_loss(self.model, out.zs.detach())
         pi_opt.zero_grad(set_to_none=False)
-        self.manual_backward(pi_loss)
+        self.backward_loss(pi_loss)
         pi_grad_norm = nn.utils.clip_grad_norm_(self.model.pi_net.parameters(), self.hparams.grad_clip)
         pi_opt.step()
         self.model.soft_update_target_Q()

@@ -1,0 +1,110 @@
+"""Lightning's manual-optimization wrappers are skipped only where they would add nothing.
+
+``RLModule.optimizer`` and ``backward_loss`` step and backpropagate directly when the Trainer runs on one
+device in full precision and nobody implements a step hook (``lightning_steps_are_plain``). The result
+must be the same parameters and the same ``trainer.global_step`` as through the wrappers, and a hook that
+is implemented must still be called.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from tensordict import TensorDict
+from torchrl.data import Categorical, Composite, Unbounded
+
+from rl_lightning.algos.base import STEP_HOOKS, lightning_steps_are_plain
+from rl_lightning.algos.dqn import DQN
+
+OBS, ACTIONS, BATCH, UPDATES = 4, 2, 16, 7
+
+
+def _batch(seed: int) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    term = torch.rand(BATCH, 1, generator=g) < 0.2
+    return TensorDict(
+        {
+            "observation": torch.randn(BATCH, OBS, generator=g),
+            "action": torch.randint(0, ACTIONS, (BATCH,), generator=g),
+            "next": {
+                "observation": torch.randn(BATCH, OBS, generator=g),
+                "reward": torch.randn(BATCH, 1, generator=g),
+                "terminated": term,
+                "done": term.clone(),
+            },
+        },
+        batch_size=[BATCH],
+    )
+
+
+class _Samples(L.LightningDataModule):
+    def train_dataloader(self) -> Iterator[TensorDict]:
+        return (_batch(i) for i in range(UPDATES))  # one sample per update (a list would be several loaders)
+
+
+def _module(cls: type[DQN] = DQN) -> DQN:
+    torch.manual_seed(0)
+    obs = Composite(observation=Unbounded((1, OBS)), shape=(1,))
+    actions = Categorical(ACTIONS, shape=(1,))
+    return cls(obs, actions, hidden_sizes=(8,), target_update="hard", hard_update_every=3)
+
+
+def _trainer(callbacks: list[L.Callback] | None = None, **kwargs) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, callbacks=callbacks or [],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **kwargs,
+    )  # fmt: skip
+
+
+class _CountHooks(L.Callback):
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        self.calls["on_before_backward"] += 1
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.calls["on_after_backward"] += 1
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.calls["on_before_optimizer_step"] += 1
+
+
+def test_plain_steps_give_the_wrappers_parameters_and_step_count() -> None:
+    plain, plain_trainer = _module(), _trainer()
+    plain_trainer.fit(plain, datamodule=_Samples())
+    hooks = _CountHooks()
+    wrapped, wrapped_trainer = _module(), _trainer([hooks])
+    wrapped_trainer.fit(wrapped, datamodule=_Samples())
+
+    assert lightning_steps_are_plain(plain_trainer, plain)
+    assert not lightning_steps_are_plain(wrapped_trainer, wrapped)
+    assert type(plain.optimizer()).__name__ == "_PlainStep"
+    assert isinstance(wrapped.optimizer(), LightningOptimizer)
+    # The implemented hooks ran once per update; the plain path did the same math and counted its steps.
+    assert hooks.calls == dict.fromkeys(STEP_HOOKS, UPDATES)
+    assert plain_trainer.global_step == wrapped_trainer.global_step == UPDATES
+    assert int(plain.num_updates) == UPDATES
+    for key, value in wrapped.state_dict().items():
+        torch.testing.assert_close(plain.state_dict()[key], value, atol=0, rtol=0, msg=key)
+    assert not torch.equal(plain.q_net[0].weight, _module().q_net[0].weight)  # it did train
+
+
+class _ModuleHook(DQN):
+    def on_after_backward(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("module_cls", "trainer_kwargs"),
+    [(_ModuleHook, {}), (DQN, {"precision": "bf16-mixed"}), (DQN, {"profiler": "simple"})],
+    ids=["module-hook", "mixed-precision", "profiler"],
+)
+def test_wrappers_kept_where_they_do_something(module_cls: type[DQN], trainer_kwargs: dict) -> None:
+    assert lightning_steps_are_plain(_trainer(), _module())
+    assert not lightning_steps_are_plain(_trainer(**trainer_kwargs), _module(module_cls))
