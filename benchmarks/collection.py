@@ -81,6 +81,10 @@ def main() -> None:
                 fpb,
                 trust_policy=True,
                 track_traj_ids=False,
+                # The devices the data module gives its collector on a CPU run (no per-step casts).
+                env_device="cpu",
+                policy_device="cpu",
+                storing_device="cpu",
             )
         )
         wrapped = GymWrapper(

@@ -52,6 +52,16 @@ def action_spec_from_space(space: gym.Space, num_envs: int) -> Bounded | Categor
 
 
 #: The entries of a root (pre-step) tensordict that the env itself writes.
+def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:
+    """A TensorDict of ``entries``, which the env built itself with its specs' shapes and dtypes.
+
+    ``TensorDict(entries, batch_size)`` checks every value against the batch size and device, which costs as
+    much as the rest of the step's bookkeeping: these values need no check (``tests/test_vector_env.py``
+    compares the data with the generic ``EnvBase.step`` path).
+    """
+    return TensorDict._new_unsafe(entries, batch_size=batch_size)
+
+
 _ROOT_KEYS = ("observation", "episode_reward", "step_count", "done", "terminated", "truncated")
 
 
@@ -169,20 +179,20 @@ class GymVecEnv(EnvBase):
         self._length[:] = 0
         return self._root_td()
 
+    def _root_entries(self) -> dict[str, torch.Tensor]:
+        """The root entries of the current step: observations and counters, no env done."""
+        false = torch.zeros(self.batch_size[0], 1, dtype=torch.bool)
+        return {
+            "observation": torch.from_numpy(self._obs.copy()),
+            "episode_reward": torch.from_numpy(self._return.copy()),
+            "step_count": torch.from_numpy(self._length.copy()),
+            "done": false,
+            "terminated": false.clone(),
+            "truncated": false.clone(),
+        }
+
     def _root_td(self) -> TensorDictBase:
-        n = self.batch_size[0]
-        false = torch.zeros(n, 1, dtype=torch.bool)
-        return TensorDict(
-            {
-                "observation": torch.from_numpy(self._obs.copy()),
-                "episode_reward": torch.from_numpy(self._return.copy()),
-                "step_count": torch.from_numpy(self._length.copy()),
-                "done": false,
-                "terminated": false.clone(),
-                "truncated": false.clone(),
-            },
-            batch_size=self.batch_size,
-        )
+        return _built(self._root_entries(), self.batch_size)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action").detach().cpu().numpy()
@@ -191,20 +201,18 @@ class GymVecEnv(EnvBase):
         self._length += 1
         terminated = torch.from_numpy(self._terminated.copy())
         truncated = torch.from_numpy(self._truncated.copy())
-        out = TensorDict(
-            {
-                "observation": torch.from_numpy(self._next_obs.copy()),
-                "reward": torch.from_numpy(self._reward.copy()),
-                "episode_reward": torch.from_numpy(self._return.copy()),
-                "step_count": torch.from_numpy(self._length.copy()),
-                "done": terminated | truncated,
-                "terminated": terminated,
-                "truncated": truncated,
-            },
-            batch_size=self.batch_size,
-        )
+        entries = {
+            "observation": torch.from_numpy(self._next_obs.copy()),
+            "reward": torch.from_numpy(self._reward.copy()),
+            "episode_reward": torch.from_numpy(self._return.copy()),
+            "step_count": torch.from_numpy(self._length.copy()),
+            "done": terminated | truncated,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
         for k, v in self._info.items():
-            out.set(k, torch.from_numpy(v.copy()))
+            entries[k] = torch.from_numpy(v.copy())
+        out = _built(entries, self.batch_size)
         finished = (self._terminated | self._truncated)[:, 0]
         self._return[finished] = 0
         self._length[finished] = 0
@@ -225,13 +233,11 @@ class GymVecEnv(EnvBase):
         if "_step" in tensordict.keys():  # a partial step: never produced for this env, but honoured
             tensordict = self.step(tensordict)
             root = self._step_mdp(tensordict)
-        else:
-            tensordict.set("next", self._step(tensordict))
-            root = tensordict.exclude("next", *_ROOT_KEYS)
-        fresh = self._root_td()
-        for key in _ROOT_KEYS:
-            root.set(key, fresh.get(key))
-        return tensordict, root
+            root.update(self._root_entries())
+            return tensordict, root
+        tensordict.set("next", self._step(tensordict))
+        carried = {k: v for k, v in tensordict.items() if k != "next" and k not in _ROOT_KEYS}
+        return tensordict, _built({**carried, **self._root_entries()}, self.batch_size)
 
     def _set_seed(self, seed: int | None) -> None:
         self._seed = seed
