@@ -53,15 +53,18 @@ def action_spec_from_space(space: gym.Space, num_envs: int) -> Bounded | Categor
 
 #: The entries of a root (pre-step) tensordict that the env itself writes.
 def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:
-    """A TensorDict of ``entries``, which the env built itself with its specs' shapes and dtypes.
+    """A TensorDict of ``entries``, which the env built itself on the CPU with its specs' shapes and dtypes.
 
     ``TensorDict(entries, batch_size)`` checks every value against the batch size and device, which costs as
     much as the rest of the step's bookkeeping: these values need no check (``tests/test_vector_env.py``
-    compares the data with the generic ``EnvBase.step`` path).
+    compares the data with the generic ``EnvBase.step`` path). The device is stated (the env's, the CPU):
+    the collector moves every step's data to its storing device, which is free for data already there and
+    a walk over every entry for data without a device.
     """
-    return TensorDict._new_unsafe(entries, batch_size=batch_size)
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
 
 
+_CPU = torch.device("cpu")
 _ROOT_KEYS = ("observation", "episode_reward", "step_count", "done", "terminated", "truncated")
 
 
@@ -197,8 +200,9 @@ class GymVecEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action").detach().cpu().numpy()
         self._gym_step(action)
-        self._return += self._reward
-        self._length += 1
+        # In place without rebinding: EnvBase.__setattr__ would run on every step.
+        np.add(self._return, self._reward, out=self._return)
+        np.add(self._length, 1, out=self._length)
         terminated = torch.from_numpy(self._terminated.copy())
         truncated = torch.from_numpy(self._truncated.copy())
         entries = {
