@@ -21,7 +21,7 @@ import time
 
 import lightning as L
 import torch
-from _common import write
+from _common import Round, write
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Categorical, Composite, Unbounded
@@ -52,20 +52,6 @@ def make_batch(seed: int = 0) -> TensorDict:
     )
 
 
-class _Round:
-    """``n`` updates on the same batch, as the experience stream groups the updates of a collection."""
-
-    def __init__(self, batch: TensorDict, n: int) -> None:
-        self.batch, self.n = batch, n
-
-    def __iter__(self):
-        for _ in range(self.n):
-            yield self.batch
-
-    def feedback(self, output) -> None:
-        pass
-
-
 class _Stream:
     """``n`` updates on the same batch, in rounds like the real stream's (the data path is measured by
     benchmarks/collection.py)."""
@@ -78,7 +64,7 @@ class _Stream:
         while left > 0:
             size = min(left, MAX_UPDATES_PER_BATCH)
             left -= size
-            yield _Round(self.batch, size)
+            yield Round(self.batch, size)
 
 
 class _DM(L.LightningDataModule):

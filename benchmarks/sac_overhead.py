@@ -33,7 +33,7 @@ import time
 import lightning as L
 import torch
 import torch.nn.functional as F
-from _common import write
+from _common import Round, write
 from tensordict import TensorDict
 from torch import nn
 from torch.func import functional_call
@@ -67,14 +67,15 @@ def make_batch(seed: int = 0) -> TensorDict:
 
 
 class _Stream:
-    """Yields the same batch ``n`` times (the data path is measured by benchmarks/collection.py)."""
+    """``n`` rounds of one update on the same batch: the real stream of ``sac_pendulum`` (one env step, then
+    the update it grants, per Lightning batch). The data path is measured by benchmarks/collection.py."""
 
     def __init__(self, batch: TensorDict, n: int) -> None:
         self.batch, self.n = batch, n
 
     def __iter__(self):
         for _ in range(self.n):
-            yield self.batch
+            yield Round(self.batch, 1)
 
 
 class _DM(L.LightningDataModule):
