@@ -62,8 +62,10 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
 }
-GPU_VARIANTS = "bench.variants=[compile,cuda_graphs,fused_optimizer,mixed_precision,tf32,non_blocking,fast]"
-CPU_VARIANTS = "bench.variants=[compile,fused_optimizer]"
+GPU_VARIANTS = (
+    "bench.variants=[compile,cuda_graphs,fused_optimizer,direct_steps,mixed_precision,tf32,non_blocking,fast]"
+)
+CPU_VARIANTS = "bench.variants=[compile,fused_optimizer,direct_steps]"
 #: The issue's goals for the figures of step 3.
 GOALS = {
     "tdmpc2_plan_graphed_speedup": 5.0,

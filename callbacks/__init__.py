@@ -5,8 +5,9 @@ They meet a LightningModule through a small duck-typed protocol (see ``callbacks
 (merged into every optimizer constructor) and optionally ``cuda_graph_safe``.
 
 Recommended order in the callback list (hot-path wrappers wrap what is already there in ``on_fit_start``):
-``NonBlockingTransfer, TF32, FusedOptimizer, MixedPrecision, TorchCompile, CudaGraphs, GPUMonitor,
-ThroughputMonitor, CudaCacheClearing``. ``CudaGraphs`` refuses to be listed before ``TorchCompile``.
+``NonBlockingTransfer, TF32, FusedOptimizer, DirectSteps, MixedPrecision, TorchCompile, CudaGraphs,
+GPUMonitor, ThroughputMonitor, CudaCacheClearing``. ``CudaGraphs`` refuses to be listed before
+``TorchCompile``.
 
 ``HockeyCurriculum`` is the one training callback here. It depends on the same packages only: it reaches
 the training envs through a duck-typed data module method (``call_training_envs``) and the hockey env's
@@ -15,6 +16,7 @@ the training envs through a duck-typed data module method (``call_training_envs`
 
 from callbacks.cuda_cache_clearing import CudaCacheClearing
 from callbacks.cuda_graphs import CudaGraphs
+from callbacks.direct_steps import DirectSteps
 from callbacks.fused_optimizer import FusedOptimizer
 from callbacks.gpu_monitor import GPUMonitor
 from callbacks.hockey_curriculum import HockeyCurriculum
@@ -28,6 +30,7 @@ __all__ = [
     "TF32",
     "CudaCacheClearing",
     "CudaGraphs",
+    "DirectSteps",
     "FusedOptimizer",
     "GPUMonitor",
     "HockeyCurriculum",

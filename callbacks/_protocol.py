@@ -8,6 +8,8 @@ A module opts in by exposing:
   callbacks add ``fused``/``capturable`` to it in ``setup``, which Lightning runs before
   ``configure_optimizers``.
 - ``cuda_graph_safe: tuple[str, ...]`` (optional): the hot paths that may be captured as CUDA graphs.
+- ``direct_optimizers`` (for ``DirectSteps``): ``None``, or optimizers the callback set for a fit, which the
+  update steps (with a plain ``loss.backward()``) instead of Lightning's wrappers.
 
 Replacing a method means shadowing it with an instance attribute. Several callbacks may wrap the same
 path (compile, then CUDA graph); every layer is recorded here so that restoring one layer also drops the

@@ -46,7 +46,8 @@ def test_config_file_instantiates_with_every_argument_commented(name: str) -> No
 
 
 def test_default_preset() -> None:
-    assert list(compose_callbacks("default")) == ["throughput", "cuda_cache", "fused_optimizer"]
+    default = ["throughput", "cuda_cache", "fused_optimizer", "direct_steps"]
+    assert list(compose_callbacks("default")) == default
 
 
 def test_fast_preset_order() -> None:
@@ -55,6 +56,7 @@ def test_fast_preset_order() -> None:
         "non_blocking",
         "tf32",
         "fused_optimizer",
+        "direct_steps",
         "compile",
         "cuda_graphs",
         "gpu_monitor",

@@ -6,6 +6,7 @@ fixed observations (the wrapped ``act`` is in place during the fit, as during co
 after the fit, the metrics of every update and every action must match the run without callbacks:
 
 - ``FusedOptimizer``: one fused Adam kernel instead of the for-loop one; rounding only.
+- ``DirectSteps``: the same optimizer steps without Lightning's hook dispatch; identical results.
 - ``TorchCompile`` (mode ``default``): inductor reorders and fuses float32 ops. Inductor also draws random
   numbers its own way, so the test sets ``torch._inductor.config.fallback_random`` to draw them with
   eager's generator: with it, exploring actions and TD-MPC2's plans use the same samples.
@@ -29,7 +30,7 @@ import torch
 from cli_helpers import run_cli
 from tensordict import TensorDict, TensorDictBase
 
-from callbacks import FusedOptimizer, MixedPrecision, TorchCompile
+from callbacks import DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
 from callbacks._protocol import restore_hot_paths, wrap_hot_path
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
@@ -164,13 +165,14 @@ def metrics_rel_diff(ref: Result, other: Result, step: int, keys: list[str]) -> 
     return max(((a[k] - b[k]).abs() / a[k].abs().clamp_min(1e-6)).max().item() for k in keys)
 
 
-def assert_matches(ref: Result, other: Result, exact_actions: bool) -> None:
-    """Float32 rounding only: parameters, metrics and actions agree to ``EXACT_ATOL``."""
-    assert max_abs_diff(ref.after, other.after) < EXACT_ATOL
+def assert_matches(ref: Result, other: Result, exact_actions: bool, atol: float = EXACT_ATOL) -> None:
+    """Float32 rounding only: parameters, metrics and actions agree to ``atol`` (``0``: bit for bit)."""
+    assert max_abs_diff(ref.after, other.after) <= atol
+    rtol = 1e-4 if atol else 0.0
     for a, b in zip(ref.metrics, other.metrics):
-        assert all(torch.allclose(a[k], b[k], atol=EXACT_ATOL, rtol=1e-4) for k in a.keys()), (a, b)
+        assert all(torch.allclose(a[k], b[k], atol=atol, rtol=rtol) for k in a.keys()), (a, b)
     for a, b in zip(ref.actions, other.actions):
-        assert torch.equal(a, b) if exact_actions else torch.allclose(a, b, atol=EXACT_ATOL)
+        assert torch.equal(a, b) if exact_actions else torch.allclose(a, b, atol=atol)
 
 
 def compile_run(overrides: list[str], make_data: Callable) -> Result:
@@ -220,6 +222,12 @@ def dqn_reference() -> Result:
 
 def test_dqn_fused_optimizer_matches(dqn_reference: Result) -> None:
     assert_matches(dqn_reference, run(DQN, dqn_data, [FusedOptimizer()]), exact_actions=True)
+
+
+def test_dqn_direct_steps_match(dqn_reference: Result) -> None:
+    callback = DirectSteps()
+    assert_matches(dqn_reference, run(DQN, dqn_data, [callback]), exact_actions=True, atol=0.0)
+    assert callback.direct_fits == 1
 
 
 def test_dqn_compile_matches(dqn_reference: Result) -> None:
@@ -291,6 +299,12 @@ def tdmpc2_reference() -> Result:
 
 def test_tdmpc2_fused_optimizer_matches(tdmpc2_reference: Result) -> None:
     assert_matches(tdmpc2_reference, run(TDMPC2, tdmpc2_data, [FusedOptimizer()]), exact_actions=False)
+
+
+def test_tdmpc2_direct_steps_match(tdmpc2_reference: Result) -> None:
+    callback = DirectSteps()
+    assert_matches(tdmpc2_reference, run(TDMPC2, tdmpc2_data, [callback]), exact_actions=True, atol=0.0)
+    assert callback.direct_fits == 1
 
 
 def test_tdmpc2_compile_matches(tdmpc2_reference: Result) -> None:

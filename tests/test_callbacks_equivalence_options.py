@@ -35,7 +35,14 @@ from test_callbacks_equivalence import (
 from test_callbacks_equivalence_actor_critic import BF16_ACTION_GAP, BF16_ACTIONS, BF16_COSINE, BF16_SIGNS
 from test_callbacks_equivalence_actor_critic import make_data as actor_critic_data
 
-from callbacks import CudaGraphs, FusedOptimizer, MixedPrecision, NonBlockingTransfer, TorchCompile
+from callbacks import (
+    CudaGraphs,
+    DirectSteps,
+    FusedOptimizer,
+    MixedPrecision,
+    NonBlockingTransfer,
+    TorchCompile,
+)
 from rl_lightning.algos.options import OPTION_AGE_KEY, OPTION_KEY
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
@@ -87,6 +94,14 @@ def test_reference_exercises_every_loss_and_option_metric(name: str) -> None:
 def test_fused_optimizer_matches(name: str) -> None:
     other = run(EXPERIMENTS[name], make_data, [FusedOptimizer()])
     assert_matches(reference(name), other, exact_actions=exact_actions(name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_direct_steps_match(name: str) -> None:
+    callback = DirectSteps()
+    other = run(EXPERIMENTS[name], make_data, [callback])
+    assert_matches(reference(name), other, exact_actions=True, atol=0.0)
+    assert callback.direct_fits == 1
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))

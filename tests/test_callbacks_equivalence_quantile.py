@@ -37,7 +37,7 @@ from test_callbacks_equivalence import (
     run,
 )
 
-from callbacks import CudaGraphs, FusedOptimizer, MixedPrecision, TorchCompile
+from callbacks import CudaGraphs, DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
@@ -114,6 +114,14 @@ def reference(name: str) -> Result:
 def test_fused_optimizer_matches(name: str) -> None:
     other = run(EXPERIMENTS[name], make_data, [FusedOptimizer()])
     assert_matches(reference(name), other, exact_actions=exact_actions(name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_direct_steps_match(name: str) -> None:
+    callback = DirectSteps()
+    other = run(EXPERIMENTS[name], make_data, [callback])
+    assert_matches(reference(name), other, exact_actions=True, atol=0.0)
+    assert callback.direct_fits == 1
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))

@@ -40,10 +40,6 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.profilers import PassThroughProfiler
-from lightning.pytorch.strategies import SingleDeviceStrategy
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import TensorSpec
 
@@ -121,56 +117,8 @@ def priority_feedback(
     return metrics
 
 
-#: The hooks Lightning's manual-optimization wrappers (``manual_backward``, ``LightningOptimizer.step``)
-#: dispatch on every backward pass and optimizer step.
-STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-
-
-def lightning_steps_are_plain(trainer: L.Trainer, module: L.LightningModule) -> bool:
-    """Whether Lightning's backward and optimizer-step wrappers would do nothing but plain PyTorch calls.
-
-    True on one device (``SingleDeviceStrategy``) in full precision (the base ``Precision`` plugin: no
-    grad scaling, no autocast), without Lightning's profiler, when neither the module nor any callback
-    implements a hook of :data:`STEP_HOOKS` and the module keeps Lightning's ``backward``. The wrappers
-    then only walk every callback for hooks nobody implements: about 0.4 ms per DQN update on a CPU
-    (15% of it; ``benchmarks/dqn_overhead.py``). DDP, mixed precision and a user's hook keep them.
-    """
-    if type(trainer.strategy) is not SingleDeviceStrategy or type(trainer.precision_plugin) is not Precision:
-        return False
-    if not isinstance(trainer.profiler, PassThroughProfiler):
-        return False
-    if type(module).backward is not L.LightningModule.backward:
-        return False
-    implemented = [
-        getattr(type(obj), hook) is not getattr(base, hook)
-        for obj, base in ((module, L.LightningModule), *((cb, Callback) for cb in trainer.callbacks))
-        for hook in STEP_HOOKS
-    ]
-    return not any(implemented)
-
-
 def _follow_loaded_frames(module: RLModule, incompatible_keys: Any) -> None:
     module.follow_frames()
-
-
-class _PlainStep:
-    """An optimizer whose ``step`` counts in Lightning's manual-optimization progress
-    (``trainer.global_step``) as ``LightningOptimizer.step`` does, without its hook dispatch (see
-    :func:`lightning_steps_are_plain`)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, progress: Any) -> None:
-        self.optimizer, self._progress = optimizer, progress
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        self._progress.increment_ready()
-        self.optimizer.step()
-        self._progress.increment_completed()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
 
 
 class RLModule(L.LightningModule, ABC):
@@ -204,8 +152,9 @@ class RLModule(L.LightningModule, ABC):
         self.register_load_state_dict_post_hook(_follow_loaded_frames)
         self._standalone_optimizers: list[torch.optim.Optimizer] | None = None
         self._params_cache: Any = None
-        # (trainer, its plain-step optimizers or None): decided once per Trainer, see ``optimizer``.
-        self._plain_steps: tuple[L.Trainer, list[_PlainStep] | None] | None = None
+        #: Optimizers to step directly, without Lightning's wrappers: set for a fit by the ``DirectSteps``
+        #: callback where those would only dispatch hooks nobody implements (``callbacks/direct_steps.py``).
+        self.direct_optimizers: list[Any] | None = None
 
     # ------------------------------------------------------------------ protocol
     @abstractmethod
@@ -263,16 +212,14 @@ class RLModule(L.LightningModule, ABC):
     def optimizer(self, index: int = 0) -> torch.optim.Optimizer:
         """The ``index``-th optimizer: Lightning's wrapper under a Trainer, else the module's own.
 
-        Under a Trainer whose wrappers would only dispatch hooks nobody implements
-        (:func:`lightning_steps_are_plain`) the optimizer steps directly, still counted in
-        ``trainer.global_step``, and :meth:`backward_loss` is a plain backward. Outside a Trainer (unit tests,
-        hand-written loops, benchmarks) the optimizers come from ``configure_optimizers`` once and are kept
-        on the module.
+        ``direct_optimizers``, when a callback set them (``DirectSteps``: the wrappers would only dispatch
+        hooks nobody implements), come first, and :meth:`backward_loss` is then a plain backward. Outside a
+        Trainer (unit tests, hand-written loops, benchmarks) the optimizers come from
+        ``configure_optimizers`` once and are kept on the module.
         """
+        if self.direct_optimizers is not None:
+            return self.direct_optimizers[index]
         if self._trainer is not None:
-            plain = self._plain_optimizers()
-            if plain is not None:
-                return plain[index]
             opts = self.optimizers()
             return opts[index] if isinstance(opts, list) else opts
         if self._standalone_optimizers is None:
@@ -298,20 +245,10 @@ class RLModule(L.LightningModule, ABC):
         self._params_cache = None  # moved or cast: new leaves for the buffers, maybe for the parameters
         return super()._apply(fn, recurse)
 
-    def _plain_optimizers(self) -> list[_PlainStep] | None:
-        trainer = self._trainer
-        if self._plain_steps is None or self._plain_steps[0] is not trainer:
-            plain = None
-            if lightning_steps_are_plain(trainer, self):
-                progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
-                plain = [_PlainStep(opt, progress) for opt in trainer.optimizers]
-            self._plain_steps = (trainer, plain)
-        return self._plain_steps[1]
-
     def backward_loss(self, loss: torch.Tensor) -> None:
         """``manual_backward`` under a Trainer (precision plugins, grad scaling, hooks), plain backward
-        otherwise or where the Trainer's wrappers would add nothing (:func:`lightning_steps_are_plain`)."""
-        if self._trainer is not None and self._plain_optimizers() is None:
+        otherwise or while ``direct_optimizers`` are set."""
+        if self._trainer is not None and self.direct_optimizers is None:
             self.manual_backward(loss)
         else:
             loss.backward()
@@ -338,11 +275,11 @@ class RLModule(L.LightningModule, ABC):
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process (a collector's worker) gets the class's hot paths: the optimization
         # callbacks' wrappers (compiled functions, CUDA graphs) belong to this process.
-        # It gets no Trainer either.
+        # It gets none of this process's optimizers either.
         state = super().__getstate__()
         for name in self.hot_paths:
             state.pop(name, None)
-        state["_plain_steps"] = state["_params_cache"] = None
+        state["direct_optimizers"] = state["_params_cache"] = None
         return state
 
     # ------------------------------------------------------------------ Lightning hooks

@@ -1,9 +1,10 @@
-"""Lightning's manual-optimization wrappers are skipped only where they would add nothing.
+"""``DirectSteps`` skips Lightning's manual-optimization wrappers only where they would add nothing.
 
-``RLModule.optimizer`` and ``backward_loss`` step and backpropagate directly when the Trainer runs on one
-device in full precision and nobody implements a step hook (``lightning_steps_are_plain``). The result
-must be the same parameters and the same ``trainer.global_step`` as through the wrappers, and a hook that
-is implemented must still be called.
+With it the module steps its optimizers and backpropagates directly when the Trainer runs on one device in
+full precision and nobody implements a step hook. The result must be the same parameters and the same
+``trainer.global_step`` as through the wrappers, a hook that is implemented must still be called, and the
+module gets its Lightning optimizers back after the fit. (Its equivalence per algorithm is in the
+``test_callbacks_equivalence*`` files.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from lightning.pytorch.core.optimizer import LightningOptimizer
 from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
 
-from rl_lightning.algos.base import STEP_HOOKS, lightning_steps_are_plain
+from callbacks import DirectSteps
+from callbacks.direct_steps import STEP_HOOKS, CountedStep, why_wrappers_needed
 from rl_lightning.algos.dqn import DQN
 
 OBS, ACTIONS, BATCH, UPDATES = 4, 2, 16, 7
@@ -75,18 +77,27 @@ class _CountHooks(L.Callback):
         self.calls["on_before_optimizer_step"] += 1
 
 
-def test_plain_steps_give_the_wrappers_parameters_and_step_count() -> None:
-    plain, plain_trainer = _module(), _trainer()
+class _SeesOptimizers(L.Callback):
+    """What ``update`` gets from ``module.optimizer()`` during the fit."""
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        self.seen = type(pl_module.optimizer())
+
+
+def test_direct_steps_give_the_wrappers_parameters_and_step_count() -> None:
+    direct, sees = DirectSteps(), _SeesOptimizers()
+    plain, plain_trainer = _module(), _trainer([direct, sees])
     plain_trainer.fit(plain, datamodule=_Samples())
-    hooks = _CountHooks()
-    wrapped, wrapped_trainer = _module(), _trainer([hooks])
+    hooks, wrapped_direct = _CountHooks(), DirectSteps()
+    wrapped, wrapped_trainer = _module(), _trainer([hooks, wrapped_direct])
     wrapped_trainer.fit(wrapped, datamodule=_Samples())
 
-    assert lightning_steps_are_plain(plain_trainer, plain)
-    assert not lightning_steps_are_plain(wrapped_trainer, wrapped)
-    assert type(plain.optimizer()).__name__ == "_PlainStep"
-    assert isinstance(wrapped.optimizer(), LightningOptimizer)
-    # The implemented hooks ran once per update; the plain path did the same math and counted its steps.
+    assert direct.direct_fits == 1 and sees.seen is CountedStep
+    assert wrapped_direct.direct_fits == 0  # _CountHooks implements the step hooks: the wrappers stay
+    assert why_wrappers_needed(wrapped_trainer, wrapped) == "_CountHooks.on_before_backward"
+    assert plain.direct_optimizers is None  # given back after the fit
+    assert isinstance(plain.optimizer(), LightningOptimizer)
+    # The implemented hooks ran once per update; the direct path did the same math and counted its steps.
     assert hooks.calls == dict.fromkeys(STEP_HOOKS, UPDATES)
     assert plain_trainer.global_step == wrapped_trainer.global_step == UPDATES
     assert int(plain.num_updates) == UPDATES
@@ -101,10 +112,19 @@ class _ModuleHook(DQN):
 
 
 @pytest.mark.parametrize(
-    ("module_cls", "trainer_kwargs"),
-    [(_ModuleHook, {}), (DQN, {"precision": "bf16-mixed"}), (DQN, {"profiler": "simple"})],
+    ("module_cls", "trainer_kwargs", "reason"),
+    [
+        (_ModuleHook, {}, "_ModuleHook.on_after_backward"),
+        (DQN, {"precision": "bf16-mixed"}, "the MixedPrecision plugin"),
+        (DQN, {"profiler": "simple"}, "Lightning's profiler"),
+    ],
     ids=["module-hook", "mixed-precision", "profiler"],
 )
-def test_wrappers_kept_where_they_do_something(module_cls: type[DQN], trainer_kwargs: dict) -> None:
-    assert lightning_steps_are_plain(_trainer(), _module())
-    assert not lightning_steps_are_plain(_trainer(**trainer_kwargs), _module(module_cls))
+def test_wrappers_kept_where_they_do_something(module_cls: type[DQN], trainer_kwargs: dict, reason: str):
+    assert why_wrappers_needed(_trainer(), _module()) is None
+    assert why_wrappers_needed(_trainer(**trainer_kwargs), _module(module_cls)).startswith(reason)
+
+
+def test_a_module_without_the_protocol_is_refused() -> None:
+    with pytest.raises(TypeError, match="direct_optimizers"):
+        DirectSteps().on_fit_start(_trainer(), L.LightningModule())
