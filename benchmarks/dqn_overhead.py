@@ -1,10 +1,10 @@
 """Framework overhead: the DQN update and acting through rl_lightning vs a hand-written PyTorch loop.
 
-Both sides do the same math on the same batch with the same network and optimizer: a [256, 256] MLP
-Q-network, TD(0) targets from a target network, MSE loss, gradient clipping, Adam, a hard target update by
-``lerp_``, and epsilon-greedy acting on a batch of observations. The rl_lightning side is the real path:
-``Trainer.fit`` with manual optimization calling ``training_step`` -> ``DQN.update``, and the update
-feedback callback logging every 100 updates; acting is ``DQN.act``. The framework side is timed inside
+Both sides do the same math on the same batch with the same network and optimizer: a [256, 256] MLP Q-network,
+TD(0) targets from a target network, MSE loss, gradient clipping, Adam, a hard target update by ``lerp_``, and
+epsilon-greedy acting on a batch of observations. The rl_lightning side is the real path: ``Trainer.fit`` with
+manual optimization calling ``training_step`` -> ``DQN.update``, the default ``DirectSteps`` callback, and the
+update feedback callback logging every 100 updates; acting is ``DQN.act``. The framework side is timed inside
 the fit, from the end of its first round of updates to its end (Trainer set-up excluded); like the real
 experience stream, a Lightning batch is a round of up to 64 updates. Warm-up iterations are excluded; the two
 sides alternate in blocks in one process and the best block of each is kept (the least disturbed by other
@@ -26,6 +26,7 @@ from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Categorical, Composite, Unbounded
 
+from callbacks import DirectSteps
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH
 from rl_lightning.training.feedback import UpdateFeedback
@@ -116,7 +117,7 @@ def time_framework(module: DQN, batch: TensorDict, n: int) -> float:
         accelerator="cpu",
         max_epochs=1,
         logger=False,
-        callbacks=[UpdateFeedback(log_every_n_updates=100), clock],
+        callbacks=[DirectSteps(), UpdateFeedback(log_every_n_updates=100), clock],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -1,19 +1,18 @@
 """Framework overhead: the SAC update and acting through rl_lightning vs a hand-written PyTorch loop.
 
-Both sides do the same math on the same batch: a tanh-squashed Gaussian actor and two critics, [256, 256]
-MLPs each; soft clipped double-Q targets from target critics (next actions from the current actor),
-summed MSE critic losses, the actor loss against detached critics, the temperature loss towards
-``-|A|``, one backward of the summed losses, three Adam steps (actor, critics, temperature) and a Polyak
-update of the target critics. The rl_lightning side is the real path: ``Trainer.fit`` with manual
-optimization calling ``training_step`` -> ``SAC.update`` (tensor losses with ``SACLoss``'s math, the
-critics one batched MLP), with ``UpdateFeedback`` logging every 100 updates, timed from the 11th batch to
-the last (the fit's setup and teardown excluded); acting is ``SAC.act``. The hand-written side is
-CleanRL-style code (two separate critic modules). A third timing calls ``SAC.update`` directly, without a
-Trainer, which splits the overhead into the module's share (its losses and networks against the
-hand-written ones) and the training loop's
-(Lightning's loop, optimizer wrappers, ``UpdateFeedback``). Warm-up iterations are excluded; the sides
-alternate in blocks in one process and the best block of each is kept (the least disturbed by other load).
-Both wall-clock and process CPU time are reported: with one torch thread the CPU time counts this
+Both sides do the same math on the same batch: a tanh-squashed Gaussian actor and two critics, [256, 256] MLPs
+each; soft clipped double-Q targets from target critics (next actions from the current actor), summed MSE
+critic losses, the actor loss against detached critics, the temperature loss towards ``-|A|``, one backward of
+the summed losses, three Adam steps (actor, critics, temperature) and a Polyak update of the target critics.
+The rl_lightning side is the real path: ``Trainer.fit`` with manual optimization calling ``training_step`` ->
+``SAC.update`` (tensor losses with ``SACLoss``'s math, the critics one batched MLP), with the default
+``DirectSteps`` callback and ``UpdateFeedback`` logging every 100 updates, timed from the 11th batch to the
+last (the fit's setup and teardown excluded); acting is ``SAC.act``. The hand-written side is CleanRL-style
+code (two separate critic modules). A third timing calls ``SAC.update`` directly, without a Trainer, which
+splits the overhead into the module's share (its losses and networks against the hand-written ones) and the
+training loop's (Lightning's loop, optimizer wrappers, ``UpdateFeedback``). Warm-up iterations are excluded;
+the sides alternate in blocks in one process and the best block of each is kept (the least disturbed by other
+load). Both wall-clock and process CPU time are reported: with one torch thread the CPU time counts this
 process's own work, the steadier figure on a machine shared with other jobs.
 
     python benchmarks/sac_overhead.py [--updates 1000] [--blocks 5] [--compile]
@@ -39,7 +38,7 @@ from torch import nn
 from torch.func import functional_call
 from torchrl.data import Bounded, Composite, Unbounded
 
-from callbacks import TorchCompile
+from callbacks import DirectSteps, TorchCompile
 from rl_lightning.algos.sac import SAC
 from rl_lightning.training.feedback import UpdateFeedback
 
@@ -124,7 +123,7 @@ def time_framework(module: SAC, batch: TensorDict, n: int, callbacks: tuple = ()
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        callbacks=[*callbacks, UpdateFeedback(log_every_n_updates=100), clock],
+        callbacks=[*callbacks, DirectSteps(), UpdateFeedback(log_every_n_updates=100), clock],
     )
     trainer.fit(module, datamodule=_DM(batch, n + clock.skip))
     return tuple((e - s) / clock.batches for s, e in zip(clock.start, clock.end))
