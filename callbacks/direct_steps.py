@@ -82,7 +82,6 @@ class DirectSteps(Callback):
     """
 
     def __init__(self) -> None:
-        self.active = False
         self.direct_fits = 0
 
     @override
@@ -100,14 +99,12 @@ class DirectSteps(Callback):
             return
         progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
         pl_module.direct_optimizers = [CountedStep(o, progress) for o in trainer.optimizers]
-        self.active = True
         self.direct_fits += 1
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.active:
+        if getattr(pl_module, "direct_optimizers", None) is not None:
             pl_module.direct_optimizers = None
-            self.active = False
 
     @override
     def on_exception(

@@ -17,43 +17,24 @@ import pytest
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from tensordict import TensorDict
-from torchrl.data import Categorical, Composite, Unbounded
+from test_dqn import batch, specs
 
 from callbacks import DirectSteps
 from callbacks.direct_steps import STEP_HOOKS, CountedStep, why_wrappers_needed
 from rl_lightning.algos.dqn import DQN
 
-OBS, ACTIONS, BATCH, UPDATES = 4, 2, 16, 7
-
-
-def _batch(seed: int) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    term = torch.rand(BATCH, 1, generator=g) < 0.2
-    return TensorDict(
-        {
-            "observation": torch.randn(BATCH, OBS, generator=g),
-            "action": torch.randint(0, ACTIONS, (BATCH,), generator=g),
-            "next": {
-                "observation": torch.randn(BATCH, OBS, generator=g),
-                "reward": torch.randn(BATCH, 1, generator=g),
-                "terminated": term,
-                "done": term.clone(),
-            },
-        },
-        batch_size=[BATCH],
-    )
+UPDATES = 7
 
 
 class _Samples(L.LightningDataModule):
     def train_dataloader(self) -> Iterator[TensorDict]:
-        return (_batch(i) for i in range(UPDATES))  # one sample per update (a list would be several loaders)
+        # One sample per update (a list would be several loaders).
+        return (batch(seed=i) for i in range(UPDATES))
 
 
 def _module(cls: type[DQN] = DQN) -> DQN:
     torch.manual_seed(0)
-    obs = Composite(observation=Unbounded((1, OBS)), shape=(1,))
-    actions = Categorical(ACTIONS, shape=(1,))
-    return cls(obs, actions, hidden_sizes=(8,), target_update="hard", hard_update_every=3)
+    return cls(*specs(), hidden_sizes=(8,), target_update="hard", hard_update_every=3)
 
 
 def _trainer(callbacks: list[L.Callback] | None = None, **kwargs) -> L.Trainer:

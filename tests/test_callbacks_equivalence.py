@@ -175,6 +175,13 @@ def assert_matches(ref: Result, other: Result, exact_actions: bool, atol: float 
         assert torch.equal(a, b) if exact_actions else torch.allclose(a, b, atol=atol)
 
 
+def assert_direct_steps_match(ref: Result, overrides: list[str], make_data: Callable) -> None:
+    """``DirectSteps`` took the steps over and the run equals the reference bit for bit."""
+    callback = DirectSteps()
+    assert_matches(ref, run(overrides, make_data, [callback]), exact_actions=True, atol=0.0)
+    assert callback.direct_fits == 1
+
+
 def compile_run(overrides: list[str], make_data: Callable) -> Result:
     """The run with ``TorchCompile`` in its default mode."""
     return run(overrides, make_data, [TorchCompile(mode="default")])
@@ -225,9 +232,7 @@ def test_dqn_fused_optimizer_matches(dqn_reference: Result) -> None:
 
 
 def test_dqn_direct_steps_match(dqn_reference: Result) -> None:
-    callback = DirectSteps()
-    assert_matches(dqn_reference, run(DQN, dqn_data, [callback]), exact_actions=True, atol=0.0)
-    assert callback.direct_fits == 1
+    assert_direct_steps_match(dqn_reference, DQN, dqn_data)
 
 
 def test_dqn_compile_matches(dqn_reference: Result) -> None:
@@ -302,9 +307,7 @@ def test_tdmpc2_fused_optimizer_matches(tdmpc2_reference: Result) -> None:
 
 
 def test_tdmpc2_direct_steps_match(tdmpc2_reference: Result) -> None:
-    callback = DirectSteps()
-    assert_matches(tdmpc2_reference, run(TDMPC2, tdmpc2_data, [callback]), exact_actions=True, atol=0.0)
-    assert callback.direct_fits == 1
+    assert_direct_steps_match(tdmpc2_reference, TDMPC2, tdmpc2_data)
 
 
 def test_tdmpc2_compile_matches(tdmpc2_reference: Result) -> None:

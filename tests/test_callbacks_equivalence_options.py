@@ -26,6 +26,7 @@ from test_callbacks_equivalence import (
     K,
     Recorder,
     Result,
+    assert_direct_steps_match,
     assert_matches,
     change_agreement,
     compile_run,
@@ -37,7 +38,6 @@ from test_callbacks_equivalence_actor_critic import make_data as actor_critic_da
 
 from callbacks import (
     CudaGraphs,
-    DirectSteps,
     FusedOptimizer,
     MixedPrecision,
     NonBlockingTransfer,
@@ -98,10 +98,7 @@ def test_fused_optimizer_matches(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_direct_steps_match(name: str) -> None:
-    callback = DirectSteps()
-    other = run(EXPERIMENTS[name], make_data, [callback])
-    assert_matches(reference(name), other, exact_actions=True, atol=0.0)
-    assert callback.direct_fits == 1
+    assert_direct_steps_match(reference(name), EXPERIMENTS[name], make_data)
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))

@@ -30,6 +30,7 @@ from test_callbacks_equivalence import (
     K,
     Recorder,
     Result,
+    assert_direct_steps_match,
     assert_matches,
     change_agreement,
     compile_run,
@@ -37,7 +38,7 @@ from test_callbacks_equivalence import (
     run,
 )
 
-from callbacks import CudaGraphs, DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
+from callbacks import CudaGraphs, FusedOptimizer, MixedPrecision, TorchCompile
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
@@ -118,10 +119,7 @@ def test_fused_optimizer_matches(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_direct_steps_match(name: str) -> None:
-    callback = DirectSteps()
-    other = run(EXPERIMENTS[name], make_data, [callback])
-    assert_matches(reference(name), other, exact_actions=True, atol=0.0)
-    assert callback.direct_fits == 1
+    assert_direct_steps_match(reference(name), EXPERIMENTS[name], make_data)
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
