@@ -10,7 +10,6 @@ from typing import Any
 import lightning as L
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.algos.base import RLModule
@@ -24,6 +23,7 @@ from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint
 from rl_lightning.training.evaluation import EvalCallback, VideoSettings
 from rl_lightning.training.feedback import UpdateFeedback
 from rl_lightning.training.interrupt import StopOnInterrupt
+from rl_lightning.training.mlflow_logger import BufferedMLFlowLogger
 from rl_lightning.training.progress import FramesProgressBar
 from rl_lightning.training.safe_load import check_replay_dir, load_checkpoint
 from rl_lightning.training.video import check_video_format
@@ -67,7 +67,7 @@ class Run:
     module: RLModule
     datamodule: RLDataModule
     trainer: L.Trainer
-    logger: MLFlowLogger | None
+    logger: BufferedMLFlowLogger | None
     ckpt_path: str | None
     checkpoint: FrameCheckpoint
     stop: StopOnInterrupt
@@ -128,7 +128,7 @@ def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
     return run_dir, str(ckpt)
 
 
-def make_logger(cfg: DictConfig, run_dir: Path) -> MLFlowLogger | None:
+def make_logger(cfg: DictConfig, run_dir: Path) -> BufferedMLFlowLogger | None:
     """The MLflow logger of ``cfg.logger`` (``None``: ``logger=none``); continues the run of ``run_dir``."""
     if not cfg.logger:
         return None
@@ -139,7 +139,7 @@ def make_logger(cfg: DictConfig, run_dir: Path) -> MLFlowLogger | None:
     artifacts = lcfg.pop("artifact_location", None)
     run_id_file = run_dir / "mlflow_run_id"
     run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
-    return MLFlowLogger(
+    return BufferedMLFlowLogger(
         tracking_uri=uri,
         artifact_location=str(Path(artifacts).resolve()) if artifacts else None,
         run_id=run_id,

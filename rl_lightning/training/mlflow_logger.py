@@ -1,0 +1,82 @@
+"""Lightning's MLflow logger, writing metrics to the store in batches instead of at every logging call."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities import rank_zero_only
+from typing_extensions import override
+
+__all__ = ["BufferedMLFlowLogger"]
+
+#: The most metrics MLflow takes in one ``log_batch`` call.
+MAX_METRICS_PER_BATCH = 1000
+
+
+class BufferedMLFlowLogger(MLFlowLogger):
+    """``MLFlowLogger`` whose metrics are written every ``flush_every_s`` seconds, in one ``log_batch``.
+
+    Each ``log_batch`` is a database transaction: on the default SQLite store it costs about 6 ms of the
+    training process on a CPU, whatever the number of metrics in it. A run logs its training metrics, its
+    throughput and its episode statistics on their own cadences, hundreds of calls in a one-minute
+    CartPole run (about 4% of its wall time). Here the metrics are kept in memory and written together
+    once ``flush_every_s`` seconds have passed since the last write (and when ``MAX_METRICS_PER_BATCH``
+    are waiting), so the MLflow UI lags by at most that long. ``finalize`` (the end of a fit, also an
+    interrupted or failed one) writes what is left; ``flush_every_s=0`` writes at every call, as
+    Lightning's logger does.
+
+    Args:
+        flush_every_s: seconds between writes (>= 0).
+        *args, **kwargs: ``MLFlowLogger``'s.
+
+    Example:
+        >>> logger = BufferedMLFlowLogger(tracking_uri="sqlite:///mlflow.db", flush_every_s=5.0)
+    """
+
+    def __init__(self, *args: Any, flush_every_s: float = 5.0, **kwargs: Any) -> None:
+        if isinstance(flush_every_s, bool) or not isinstance(flush_every_s, int | float) or flush_every_s < 0:
+            raise ValueError(
+                f"logger.flush_every_s={flush_every_s!r} must be a number of seconds >= 0 "
+                "(0 writes metrics at every logging call)."
+            )
+        super().__init__(*args, **kwargs)
+        self.flush_every_s = float(flush_every_s)
+        self._pending: list[Any] = []
+        self._last_flush = time.monotonic()
+
+    @override
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        timestamp_ms = int(time.time() * 1000)
+        for key, value in metrics.items():
+            if isinstance(value, str):
+                continue  # MLflow metrics are numbers; Lightning's logger discards strings too
+            if self._prefix:
+                key = f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}"
+            key = re.sub("[^a-zA-Z0-9_/. -]+", "", key)  # the characters MLflow allows, as Lightning's
+            self._pending.append(Metric(key=key, value=float(value), timestamp=timestamp_ms, step=step or 0))
+        due = time.monotonic() - self._last_flush >= self.flush_every_s
+        if due or len(self._pending) >= MAX_METRICS_PER_BATCH:
+            self.flush()
+
+    @rank_zero_only
+    def flush(self) -> None:
+        """Writes the metrics kept so far."""
+        while self._pending:
+            chunk = self._pending[:MAX_METRICS_PER_BATCH]
+            self.experiment.log_batch(run_id=self.run_id, metrics=chunk, **self._log_batch_kwargs)
+            del self._pending[: len(chunk)]
+        self._last_flush = time.monotonic()
+
+    @override
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        if self._initialized:
+            self.flush()
+        super().finalize(status)

@@ -1,0 +1,70 @@
+"""The MLflow logger of a run: metrics kept in memory and written in batches, none lost at the end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rl_lightning.training.mlflow_logger import MAX_METRICS_PER_BATCH, BufferedMLFlowLogger
+
+
+def _logger(tmp_path: Path, flush_every_s: float) -> tuple[BufferedMLFlowLogger, list[int]]:
+    """A logger on a SQLite store in ``tmp_path`` and the sizes of the ``log_batch`` calls it makes."""
+    logger = BufferedMLFlowLogger(
+        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment_name="test", flush_every_s=flush_every_s
+    )
+    client, sizes = logger.experiment, []
+    write = client.log_batch
+
+    def counted(run_id: str, metrics: list, **kwargs) -> None:
+        sizes.append(len(metrics))
+        write(run_id, metrics=metrics, **kwargs)
+
+    client.log_batch = counted
+    return logger, sizes
+
+
+def _history(logger: BufferedMLFlowLogger, key: str) -> list[tuple[int, float]]:
+    client = MlflowClient(logger._tracking_uri)
+    return sorted((m.step, m.value) for m in client.get_metric_history(logger.run_id, key))
+
+
+def test_metrics_are_written_together_when_the_run_ends(tmp_path: Path) -> None:
+    logger, sizes = _logger(tmp_path, flush_every_s=3600)
+    for i in range(5):
+        logger.log_metrics({"train/loss": 0.5 * i, "time/frames": 10.0 * i}, step=10 * i)
+    assert sizes == [] and _history(logger, "train/loss") == []  # kept in memory
+    logger.finalize("success")
+    assert sizes == [10]
+    assert _history(logger, "train/loss") == [(10 * i, 0.5 * i) for i in range(5)]
+    assert MlflowClient(logger._tracking_uri).get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_metrics_are_written_once_the_interval_has_passed(tmp_path: Path) -> None:
+    logger, sizes = _logger(tmp_path, flush_every_s=0.2)
+    logger.log_metrics({"a": 1.0}, step=1)
+    logger.log_metrics({"a": 2.0}, step=2)
+    time.sleep(0.25)
+    logger.log_metrics({"a": 3.0}, step=3)
+    assert sizes == [3] and _history(logger, "a") == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    logger.log_metrics({"a": 4.0}, step=4)
+    logger.finalize("failed")  # an interrupted or failed fit keeps what it logged too
+    assert sizes == [3, 1] and _history(logger, "a")[-1] == (4, 4.0)
+
+
+def test_zero_interval_writes_every_call_and_a_full_batch_goes_at_once(tmp_path: Path) -> None:
+    logger, sizes = _logger(tmp_path, flush_every_s=0)
+    logger.log_metrics({"a": 1.0, "skipped": "text"}, step=1)
+    assert sizes == [1]
+    slow, slow_sizes = _logger(tmp_path, flush_every_s=3600)
+    slow.log_metrics({f"m{i}": float(i) for i in range(MAX_METRICS_PER_BATCH + 1)}, step=0)
+    assert slow_sizes == [MAX_METRICS_PER_BATCH, 1]
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_a_bad_interval_is_refused(tmp_path: Path, bad) -> None:
+    with pytest.raises(ValueError, match="flush_every_s"):
+        BufferedMLFlowLogger(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", flush_every_s=bad)
