@@ -109,3 +109,17 @@ def test_wrappers_kept_where_they_do_something(module_cls: type[DQN], trainer_kw
 def test_a_module_without_the_protocol_is_refused() -> None:
     with pytest.raises(TypeError, match="direct_optimizers"):
         DirectSteps().on_fit_start(_trainer(), L.LightningModule())
+
+
+def test_counted_step_zeroes_gradients_in_place_or_drops_them() -> None:
+    net = torch.nn.Linear(3, 2)
+    opt = CountedStep(torch.optim.Adam(net.parameters()), progress=None)
+    net(torch.ones(4, 3)).sum().backward()
+    grads = [p.grad for p in net.parameters()]
+    assert all(g.abs().sum() > 0 for g in grads)
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is g and not g.any() for p, g in zip(net.parameters(), grads))  # same tensors, zeros
+    opt.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+    opt.zero_grad(set_to_none=False)  # nothing to zero: no error, still no gradients
+    assert all(p.grad is None for p in net.parameters())

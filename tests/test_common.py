@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+from torch import nn
 from torchrl.data import Bounded, Categorical
 
 from rl_lightning.algos.base import IncompatibleEnvError
-from rl_lightning.algos.common import ActionScaler, LinearSchedule, PerEnvState, episode_start, polyak_update
+from rl_lightning.algos.common import (
+    ActionScaler,
+    LinearSchedule,
+    PerEnvState,
+    clip_grad_norm,
+    episode_start,
+    polyak_update,
+)
 
 
 def test_action_scaler_maps_the_unit_box_onto_the_bounds_and_back() -> None:
@@ -73,3 +81,27 @@ def test_episode_start_reads_is_init_or_step_count() -> None:
     td["is_init"] = torch.tensor([[False], [True], [False]])
     assert episode_start(td).tolist() == [False, True, False]
     assert episode_start(TensorDict({}, [3])) is None
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e3])
+def test_clip_grad_norm_gives_torch_s_bits(scale: float) -> None:
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 3)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    for p, q in zip(*(n.parameters() for n in nets)):
+        p.grad = torch.randn_like(p) * scale
+        q.grad = p.grad.clone()
+    expected = nn.utils.clip_grad_norm_(nets[0].parameters(), 1.0)
+    norm = clip_grad_norm(nets[1].parameters(), 1.0)
+    assert torch.equal(norm, expected)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(*(n.parameters() for n in nets)))
+    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in nets[1].parameters()]))
+    assert total.item() == pytest.approx(min(1.0, norm.item()), rel=1e-5)  # clipped to 1, or left alone
+
+
+def test_clip_grad_norm_skips_parameters_without_gradients() -> None:
+    used, unused = nn.Parameter(torch.ones(3)), nn.Parameter(torch.ones(2))
+    used.grad = torch.full((3,), 4.0)
+    assert clip_grad_norm([used, unused], 100.0).item() == pytest.approx(48**0.5)
+    assert unused.grad is None and used.grad.tolist() == [4.0, 4.0, 4.0]
+    assert clip_grad_norm([unused], 1.0).item() == 0.0

@@ -25,6 +25,7 @@ __all__ = [
     "PerEnvState",
     "ScaledActorPolicy",
     "bootstrapped_targets",
+    "clip_grad_norm",
     "episode_start",
     "mark_critic_only",
     "polyak_update",
@@ -127,6 +128,25 @@ def polyak_update(targets: Iterable[Tensor], sources: Iterable[Tensor], tau: flo
             t.lerp_(s, tau)
     else:
         torch._foreach_lerp_(targets, sources, tau)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
+    """Scales the gradients of ``params`` to a total 2-norm of at most ``max_norm``; returns the norm
+    before clipping (a 0-dim tensor, no host sync).
+
+    The arithmetic of ``torch.nn.utils.clip_grad_norm_`` (the same kernels in the same order, so the same
+    bits) for parameters on one device with one dtype, without its per-call grouping and dispatch: about
+    30 us less on a CPU, a few percent of a small network's update. Other parameter sets go to torch's.
+    """
+    with_grad = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in with_grad]
+    one_kind = all(g.device == grads[0].device and g.dtype == grads[0].dtype for g in grads)
+    if not grads or not one_kind or any(g.is_sparse for g in grads):
+        return nn.utils.clip_grad_norm_(with_grad, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
 
 
 def bootstrapped_targets(

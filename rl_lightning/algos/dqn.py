@@ -25,7 +25,13 @@ from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, bootstrapped_targets, polyak_update
+from rl_lightning.algos.common import (
+    GreedyPolicy,
+    LinearSchedule,
+    bootstrapped_targets,
+    clip_grad_norm,
+    polyak_update,
+)
 
 __all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
@@ -243,7 +249,7 @@ class DQN(RLModule):
         opt.zero_grad(set_to_none=False)
         self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self._param_lists()[0], self.hparams.grad_clip, foreach=True)
+            grad_norm = clip_grad_norm(self._param_lists()[0], self.hparams.grad_clip)
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()

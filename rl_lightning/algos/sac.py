@@ -46,6 +46,7 @@ from rl_lightning.algos.common import (
     ActionScaler,
     ScaledActorPolicy,
     bootstrapped_targets,
+    clip_grad_norm,
     polyak_update,
     weighted_mean,
 )
@@ -143,8 +144,8 @@ class SoftActorCritic(RLModule):
         metrics = {k: losses[k].detach() for k in SAC_OUTPUTS}
         if self.hparams.grad_clip is not None:
             params = self._param_lists()
-            metrics["grad_norm_actor"] = nn.utils.clip_grad_norm_(params["actor"], self.hparams.grad_clip)
-            metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], self.hparams.grad_clip)
+            metrics["grad_norm_actor"] = clip_grad_norm(params["actor"], self.hparams.grad_clip)
+            metrics["grad_norm_qvalue"] = clip_grad_norm(params["critic"], self.hparams.grad_clip)
         for opt in optimizers:
             opt.step()
         self._update_targets()

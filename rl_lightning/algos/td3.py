@@ -27,7 +27,13 @@ from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import CRITIC_ONLY, ActionScaler, ScaledActorPolicy, mark_critic_only
+from rl_lightning.algos.common import (
+    CRITIC_ONLY,
+    ActionScaler,
+    ScaledActorPolicy,
+    clip_grad_norm,
+    mark_critic_only,
+)
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
 __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
@@ -188,7 +194,7 @@ class DeterministicActorCritic(RLModule):
         clip = self.hparams.grad_clip
         metrics = {"loss_qvalue": loss_q.detach(), "q_mean": q_value.detach()}
         if clip is not None:
-            metrics["grad_norm_qvalue"] = nn.utils.clip_grad_norm_(params["critic"], clip).detach()
+            metrics["grad_norm_qvalue"] = clip_grad_norm(params["critic"], clip).detach()
         opt_critic.step()
         # A key of the batch, set on the host by ``prepare_sample``: no tensor is read.
         if CRITIC_ONLY not in batch.keys():
@@ -196,7 +202,7 @@ class DeterministicActorCritic(RLModule):
             opt_actor.zero_grad(set_to_none=False)
             self.backward_loss(loss_pi)
             if clip is not None:
-                self.last_grad_norm_actor.copy_(nn.utils.clip_grad_norm_(params["actor"], clip))
+                self.last_grad_norm_actor.copy_(clip_grad_norm(params["actor"], clip))
             opt_actor.step()
             self.target_updater.step()
             self.last_loss_actor.copy_(loss_pi.detach())

@@ -52,7 +52,14 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import ActionScaler, PerEnvState, episode_start, polyak_update, weighted_mean
+from rl_lightning.algos.common import (
+    ActionScaler,
+    PerEnvState,
+    clip_grad_norm,
+    episode_start,
+    polyak_update,
+    weighted_mean,
+)
 from rl_lightning.algos.options import math as om
 from rl_lightning.algos.options.checks import check_arguments
 from rl_lightning.algos.options.stats import OptionUsage
@@ -386,7 +393,7 @@ class SACOptions(RLModule):
         if hp.grad_clip is not None:
             for name, params in self._param_groups().items():
                 if name != "alpha":
-                    metrics[f"grad_norm_{name}"] = nn.utils.clip_grad_norm_(params, hp.grad_clip)
+                    metrics[f"grad_norm_{name}"] = clip_grad_norm(params, hp.grad_clip)
         for opt in optimizers:
             opt.step()
         params = self._param_lists()

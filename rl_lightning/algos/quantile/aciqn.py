@@ -34,6 +34,7 @@ from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
     ScaledActorPolicy,
+    clip_grad_norm,
     mark_critic_only,
     polyak_update,
 )
@@ -273,7 +274,7 @@ class ACIQN(RLModule):
     def _clip(self, params: list[Tensor], loss: Tensor) -> Tensor:
         if self.hparams.grad_clip is None:
             return torch.zeros((), device=loss.device)
-        return nn.utils.clip_grad_norm_(params, self.hparams.grad_clip).detach()
+        return clip_grad_norm(params, self.hparams.grad_clip).detach()
 
     def _collect_params(self) -> dict[str, list[Tensor]]:
         """The parameters of the actor, the critic and their targets."""

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, polyak_update
+from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, clip_grad_norm, polyak_update
 from rl_lightning.nn.noisy import reset_noise
 
 __all__ = ["DiscreteDistributional", "td_discount"]
@@ -187,7 +187,7 @@ class DiscreteDistributional(RLModule):
         self.backward_loss(loss)
         online, _ = self._param_lists()
         if self._cfg["grad_clip"] is not None:
-            grad_norm = nn.utils.clip_grad_norm_(online, self._cfg["grad_clip"])
+            grad_norm = clip_grad_norm(online, self._cfg["grad_clip"])
         else:
             grad_norm = torch.zeros((), device=loss.device)
         opt.step()

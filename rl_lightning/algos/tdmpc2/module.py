@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
-from rl_lightning.algos.common import ActionScaler, episode_start
+from rl_lightning.algos.common import ActionScaler, clip_grad_norm, episode_start
 from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, model_param_groups
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
@@ -272,13 +272,13 @@ class TDMPC2(RLModule):
         out = self.loss_fn.model_loss(self.model, data)
         opt.zero_grad(set_to_none=False)
         self.backward_loss(out.loss)
-        grad_norm = nn.utils.clip_grad_norm_(self._model_params, self.hparams.grad_clip)
+        grad_norm = clip_grad_norm(self._model_params, self.hparams.grad_clip)
         opt.step()
 
         pi_loss, pi_metrics = self.loss_fn.policy_loss(self.model, out.zs.detach())
         pi_opt.zero_grad(set_to_none=False)
         self.backward_loss(pi_loss)
-        pi_grad_norm = nn.utils.clip_grad_norm_(self.model.pi_net.parameters(), self.hparams.grad_clip)
+        pi_grad_norm = clip_grad_norm(self.model.pi_net.parameters(), self.hparams.grad_clip)
         pi_opt.step()
         self.model.soft_update_target_Q()
         metrics = {**out.metrics, **pi_metrics, "grad_norm": grad_norm, "pi_grad_norm": pi_grad_norm}
