@@ -8,9 +8,13 @@ CLI's default ``torch_threads: 1``) and the same evaluation schedule (every ``ev
 
 Recipes (both sides):
 
-- ``dqn_cartpole``: 50k frames, lr 2.3e-3, batch 64, buffer 100k, 1000 random frames, gamma 0.99, a hard
-  target copy every 10 updates, 128 updates every 256 frames, epsilon 1 -> 0.04 over 8k frames
-  (zoo: ``exploration_fraction`` 0.16 of 50k), [256, 256] ReLU nets.
+- ``dqn_cartpole``: 50k frames, lr 2.3e-3, batch 64, buffer 100k, 1000 random frames, gamma 0.99, 128 updates
+  every 256 frames, epsilon 1 -> 0.04 over 8k frames (zoo: ``exploration_fraction`` 0.16 of 50k), [256, 256]
+  ReLU nets, and one hard target copy per round of 128 updates. Stable-Baselines3's
+  ``target_update_interval=10`` counts environment steps: it copies during collection, so its target stays
+  fixed through each round of updates. The project's side therefore runs with ``algo.hard_update_every=128``
+  (a copy every 128 updates, 12 updates before the end of each round) instead of the experiment's
+  every-10-updates copy, which reaches higher final evaluations on its own (``dqn_cartpole.json``).
 - ``sac_pendulum``: 20k frames, lr 1e-3, batch 256, buffer 1M, 100 random frames, one update per frame,
   tau 0.005, gamma 0.99, automatic entropy, [256, 256] nets.
 
@@ -37,7 +41,12 @@ from _common import write
 
 #: Task -> frames, evaluation period and threshold of the project's figures.
 TASKS = {
-    "dqn_cartpole": {"frames": 50_000, "eval_every": 5_000, "threshold": 475.0},
+    "dqn_cartpole": {
+        "frames": 50_000,
+        "eval_every": 5_000,
+        "threshold": 475.0,
+        "same_recipe": ["algo.hard_update_every=128"],  # Stable-Baselines3's target copy: once per round
+    },
     "sac_pendulum": {"frames": 20_000, "eval_every": 1_000, "threshold": -200.0},
 }
 EVAL_EPISODES = 10
@@ -85,7 +94,7 @@ def start_ours(task: str, seed: int, workdir: Path, frames: int) -> subprocess.P
     cwd = workdir / f"ours_{task}_s{seed}"
     cwd.mkdir(parents=True, exist_ok=True)
     args = ["fit", f"+experiment={task}", f"seed={seed}", f"total_frames={frames}", "progress_bar=false"]
-    args += ["device=cpu"]
+    args += ["device=cpu", *TASKS[task].get("same_recipe", [])]
     args += [f"eval.every_frames={TASKS[task]['eval_every']}", f"eval.episodes={EVAL_EPISODES}"]
     cmd = [sys.executable, "-m", "rl_lightning", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
