@@ -68,3 +68,10 @@ def test_zero_interval_writes_every_call_and_a_full_batch_goes_at_once(tmp_path:
 def test_a_bad_interval_is_refused(tmp_path: Path, bad) -> None:
     with pytest.raises(ValueError, match="flush_every_s"):
         BufferedMLFlowLogger(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", flush_every_s=bad)
+
+
+def test_metrics_logged_before_the_run_starts_are_kept(tmp_path: Path) -> None:
+    logger = BufferedMLFlowLogger(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", flush_every_s=3600)
+    logger.log_metrics({"a": 1.0}, step=7)  # the MLflow run does not exist yet
+    logger.finalize("success")
+    assert _history(logger, "a") == [(7, 1.0)]

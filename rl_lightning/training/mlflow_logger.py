@@ -77,6 +77,6 @@ class BufferedMLFlowLogger(MLFlowLogger):
     @override
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
-        if self._initialized:
-            self.flush()
+        if self._pending:
+            self.flush()  # starts the MLflow run if nothing else has yet
         super().finalize(status)
