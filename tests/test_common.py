@@ -16,6 +16,7 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     episode_start,
     polyak_update,
+    without_grad,
 )
 
 
@@ -105,3 +106,19 @@ def test_clip_grad_norm_skips_parameters_without_gradients() -> None:
     assert clip_grad_norm([used, unused], 100.0).item() == pytest.approx(48**0.5)
     assert unused.grad is None and used.grad.tolist() == [4.0, 4.0, 4.0]
     assert clip_grad_norm([unused], 1.0).item() == 0.0
+
+
+def test_without_grad_records_no_graph_and_restores_the_grad_mode() -> None:
+    weight = nn.Parameter(torch.ones(3))
+    seen: list[bool] = []
+
+    @without_grad
+    def act(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.is_grad_enabled())
+        return x * weight
+
+    assert not act(torch.ones(3)).requires_grad and torch.is_grad_enabled()
+    with torch.no_grad():
+        act(torch.ones(3))
+        assert not torch.is_grad_enabled()
+    assert seen == [False, False] and act.__name__ == "act"

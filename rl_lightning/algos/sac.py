@@ -49,6 +49,7 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     polyak_update,
     weighted_mean,
+    without_grad,
 )
 from rl_lightning.nn.actor_critic import EnsembleQNet, GaussianActorNet, TanhMean, tanh_normal_rsample
 
@@ -286,7 +287,7 @@ class SAC(SoftActorCritic):
         polyak_update(params["target_critic"], params["critic"], self.hparams.tau)
 
     # ------------------------------------------------------------------ hot paths
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Actions ``[N, A]`` sampled from the squashed Gaussian for observations ``[N, obs_dim]``."""
         loc, scale = self.actor_net(td.get("observation").float())
@@ -294,7 +295,7 @@ class SAC(SoftActorCritic):
         td.set("action", self.actions.to_env(action))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """The deterministic action ``tanh(mean)``, in the env's bounds."""
         loc, _ = self.actor_net(td.get("observation").float())

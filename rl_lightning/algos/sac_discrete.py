@@ -26,7 +26,7 @@ from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import DiscreteSACLoss, SoftUpdate, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError
-from rl_lightning.algos.common import GreedyPolicy
+from rl_lightning.algos.common import GreedyPolicy, without_grad
 from rl_lightning.algos.sac import SAC_OUTPUTS, SoftActorCritic
 from rl_lightning.nn.actor_critic import mlp_head
 
@@ -136,7 +136,7 @@ class DiscreteSAC(SoftActorCritic):
         self.target_updater.step()
 
     # ------------------------------------------------------------------ hot paths
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Actions ``[N]`` sampled from the policy for observations ``[N, obs_dim]`` (Gumbel-max)."""
         logits = self.actor_net(td.get("observation").float())
@@ -144,7 +144,7 @@ class DiscreteSAC(SoftActorCritic):
         td.set("action", (logits + gumbel).argmax(-1))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """The most probable action."""
         td.set("action", self.actor_net(td.get("observation").float()).argmax(-1))

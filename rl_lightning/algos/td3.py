@@ -33,6 +33,7 @@ from rl_lightning.algos.common import (
     ScaledActorPolicy,
     clip_grad_norm,
     mark_critic_only,
+    without_grad,
 )
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
@@ -127,7 +128,7 @@ class DeterministicActorCritic(RLModule):
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
         return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
 
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """The actor's actions ``[N, A]`` plus Gaussian noise, clipped to the bounds."""
         action = self.actor_net(td.get("observation").float())
@@ -135,7 +136,7 @@ class DeterministicActorCritic(RLModule):
         td.set("action", self.actions.to_env((action + noise).clamp(-1.0, 1.0)))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """The actor's action, without noise."""
         td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))

@@ -59,6 +59,7 @@ from rl_lightning.algos.common import (
     episode_start,
     polyak_update,
     weighted_mean,
+    without_grad,
 )
 from rl_lightning.algos.options import math as om
 from rl_lightning.algos.options.checks import check_arguments
@@ -234,7 +235,7 @@ class SACOptions(RLModule):
         return om.option_policy_probs(q_omega, hp.option_policy, hp.option_temperature, hp.option_epsilon)
 
     # ------------------------------------------------------------------ hot paths
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Terminations, option choice and actions for the ``[N]`` training envs in one batched call.
 
@@ -281,7 +282,7 @@ class SACOptions(RLModule):
         td.set(OPTION_AGE_KEY, age)
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """Greedy options (kept until ``β > 1/2``) and mean actions for any number of envs ``[N]``."""
         n = td.batch_size[0] if td.batch_dims else 1

@@ -37,6 +37,7 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     mark_critic_only,
     polyak_update,
+    without_grad,
 )
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
@@ -167,7 +168,7 @@ class ACIQN(RLModule):
         critic = self.critic_target if target else self.critic
         return critic(torch.cat([observation.float(), action], -1), tau, detach=detach).squeeze(-1).float()
 
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """The actor's action plus Gaussian exploration noise, clipped to the bounds."""
         a = self.policy(td.get("observation"))
@@ -175,7 +176,7 @@ class ACIQN(RLModule):
         td.set("action", self.actions.to_env(a))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """The actor's deterministic action."""
         td.set("action", self.actions.to_env(self.policy(td.get("observation"))))

@@ -26,7 +26,13 @@ from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import GreedyPolicy, LinearSchedule, clip_grad_norm, polyak_update
+from rl_lightning.algos.common import (
+    GreedyPolicy,
+    LinearSchedule,
+    clip_grad_norm,
+    polyak_update,
+    without_grad,
+)
 from rl_lightning.nn.noisy import reset_noise
 
 __all__ = ["DiscreteDistributional", "td_discount"]
@@ -149,7 +155,7 @@ class DiscreteDistributional(RLModule):
         return bool(self.hparams.get("noisy", False))
 
     # ------------------------------------------------------------------ hot paths
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Epsilon-greedy actions ``[N]`` on the noisy (if any) network, without host syncs."""
         greedy = self.q_values(td.get("observation").float(), noisy=True, explore=True).argmax(-1)
@@ -158,7 +164,7 @@ class DiscreteDistributional(RLModule):
         td.set("action", torch.where(explore, random, greedy))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """Greedy actions of the deterministic estimate, noisy layers off."""
         obs = td.get("observation").float()

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
-from rl_lightning.algos.common import ActionScaler, clip_grad_norm, episode_start
+from rl_lightning.algos.common import ActionScaler, clip_grad_norm, episode_start, without_grad
 from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, model_param_groups
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
@@ -219,7 +219,7 @@ class TDMPC2(RLModule):
         td.set("action", self.actions.to_env(action))
         return td
 
-    @torch.no_grad()
+    @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:
         """Plans with exploration noise for the ``[N]`` training envs; writes ``action [N, A]``."""
         n = td.batch_size[0] if td.batch_dims else 1
@@ -245,7 +245,7 @@ class TDMPC2(RLModule):
             )
         return _PriorPolicy(self.model, self.actions)
 
-    @torch.no_grad()
+    @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """Plans without exploration noise (mean first action); any number of envs ``[N]``."""
         n = td.batch_size[0] if td.batch_dims else 1
