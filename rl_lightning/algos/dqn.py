@@ -32,6 +32,7 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     polyak_update,
 )
+from rl_lightning.nn.actor_critic import mlp_head
 
 __all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
@@ -167,12 +168,7 @@ class DQN(RLModule):
         if dueling:
             self.q_net: nn.Module = DuelingHead(obs_dim, hidden_sizes, self.n_actions)
         else:
-            self.q_net = MLP(
-                in_features=obs_dim,
-                out_features=self.n_actions,
-                num_cells=list(hidden_sizes),
-                activation_class=nn.ReLU,
-            )
+            self.q_net = mlp_head(obs_dim, self.n_actions, hidden_sizes)  # TorchRL MLP's layers and names
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.epsilon_schedule = LinearSchedule(eps_start, eps_end, eps_decay_frames)
