@@ -2,13 +2,16 @@
 
     python benchmarks/profile_fit.py [+experiment=dqn_cartpole seed=0 ...] [--out DIR]
 
-Runs ``python -m rl_lightning fit ARGS progress_bar=false logger=none`` in this process under cProfile,
-writes the raw profile (``DIR/fit.prof``: open it with ``python -m pstats`` or snakeviz) and
+Runs ``python -m rl_lightning fit ARGS progress_bar=false`` in this process under cProfile (with the
+default MLflow logger, whose store is created in DIR on the first run), writes the raw profile
+(``DIR/fit.prof``: open it with ``python -m pstats`` or snakeviz) and
 ``benchmarks/results/profile_fit_<experiment>.json``: the cumulative seconds of each part (start-up,
-collection, replay sampling, the update and its loss / backward / optimizer step, evaluation,
-checkpoints, the rest of Lightning's loop) and its share of the run. cProfile adds a cost per Python call,
-so the Python-heavy parts (the collector, TensorDict plumbing) weigh more here than in a plain run; compare
-shares between runs of this script, not with wall times of unprofiled runs.
+MLflow's set-up and writes, collection, replay sampling, the update and its loss / backward / optimizer
+step, evaluation, checkpoints, the rest of Lightning's loop) and its share of the run. cProfile adds a
+cost per Python call, so the Python-heavy parts (the collector, TensorDict plumbing) weigh more here than
+in a plain run; compare shares between runs of this script, not with wall times of unprofiled runs. A
+sampling profile of an unmodified run: ``py-spy record -f raw -o fit.txt -- python -m rl_lightning fit
+ARGS`` (``pip install py-spy``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ PARTS = {
     "replay_sampling": ("torchrl/data/replay_buffers/replay_buffers/base.py", "sample"),
     "update": ("rl_lightning/algos/base.py", "training_step"),
     "update_backward": ("rl_lightning/algos/base.py", "backward_loss"),
-    "update_optimizer_step": ("lightning/pytorch/core/optimizer.py", "step"),
+    "update_optimizer_step": ("torch/optim/adam.py", "step"),  # every algorithm steps Adam
     "evaluation": ("rl_lightning/training/evaluation.py", "evaluate_variants"),
     "checkpoints": ("lightning/pytorch/trainer/trainer.py", "save_checkpoint"),
+    "mlflow_setup": ("rl_lightning/cli/run.py", "make_logger"),
+    "mlflow_writes": ("rl_lightning/training/mlflow_logger.py", "flush"),
 }
 
 
@@ -52,6 +57,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import os
+    import sys
+
+    sys.argv[0] = str(Path(sys.argv[0]).resolve())  # the results name the script from the repository root
 
     os.chdir(args.out)
     start = time.perf_counter()
@@ -59,7 +67,7 @@ def main() -> None:
     profiler.enable()
     from rl_lightning.cli import main as cli
 
-    code = cli(["fit", *args.overrides, "progress_bar=false", "logger=none"])
+    code = cli(["fit", *args.overrides, "progress_bar=false"])
     profiler.disable()
     wall = time.perf_counter() - start
     if code != 0:
@@ -80,7 +88,9 @@ def main() -> None:
                 "seconds": {k: round(v, 1) for k, v in parts.items()},
                 "share_of_wall": {k: round(v / wall, 3) for k, v in parts.items()},
                 "note": "update includes the replay sampling of its round (the data path hands a round of "
-                "samples to training_step); collection: the TorchRL collector's iterator (env steps, acting)",
+                "samples to training_step); collection: the TorchRL collector's iterator (env steps, "
+                "acting); mlflow_setup (the logger and its store) is part of startup_and_teardown, "
+                "mlflow_writes of lightning_loop_and_rest",
             },
         )
     )
