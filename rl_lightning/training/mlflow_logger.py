@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
@@ -54,11 +55,9 @@ class BufferedMLFlowLogger(MLFlowLogger):
         from mlflow.entities import Metric
 
         timestamp_ms = int(time.time() * 1000)
-        for key, value in metrics.items():
+        for key, value in _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR).items():
             if isinstance(value, str):
                 continue  # MLflow metrics are numbers; Lightning's logger discards strings too
-            if self._prefix:
-                key = f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}"
             key = re.sub("[^a-zA-Z0-9_/. -]+", "", key)  # the characters MLflow allows, as Lightning's
             self._pending.append(Metric(key=key, value=float(value), timestamp=timestamp_ms, step=step or 0))
         due = time.monotonic() - self._last_flush >= self.flush_every_s
