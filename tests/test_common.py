@@ -58,6 +58,17 @@ def test_polyak_update_with_a_zero_or_one_tensor_is_a_skip_or_a_copy() -> None:
     assert target[0].tolist() == [1.0, 1.0]
 
 
+@pytest.mark.parametrize("tau", [0.3, 1.0])
+def test_polyak_update_with_a_cpu_tensor_tau_gives_the_bits_of_a_lerp_by_that_tensor(tau: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    targets = [torch.randn(5, 7, generator=g), torch.randn(7, generator=g)]
+    sources = [torch.randn(5, 7, generator=g), torch.randn(7, generator=g)]
+    expected = [t.clone().lerp_(s, torch.tensor(tau)) for t, s in zip(targets, sources)]
+    polyak_update(targets, sources, torch.tensor(tau))
+    for got, want in zip(targets, expected):
+        assert torch.equal(got, want)
+
+
 def test_linear_schedule_interpolates_then_holds() -> None:
     schedule = LinearSchedule(1.0, 0.1, 100)
     values = [schedule(torch.tensor(float(f))).item() for f in (0, 50, 100, 1000)]

@@ -141,15 +141,21 @@ def polyak_update(targets: Iterable[Tensor], sources: Iterable[Tensor], tau: flo
     """``target <- target + tau * (source - target)`` for every pair, as one fused ``lerp_``.
 
     ``tau=1`` copies (a hard update); a tensor ``tau`` (``0.`` or ``1.``, chosen on the device) lets a hard
-    update every k steps run without a Python branch.
+    update every k steps run without a Python branch. On a CPU, outside compilation, reading such a tensor
+    costs nothing, so a hard update that is not due skips the pass over the parameters (about 18 us of a
+    DQN CartPole update).
     """
     targets = list(targets)
     sources = [s.detach() for s in sources]
     if isinstance(tau, Tensor):
-        for t, s in zip(targets, sources):
-            t.lerp_(s, tau)
-    else:
-        torch._foreach_lerp_(targets, sources, tau)
+        if tau.device.type != "cpu" or torch.compiler.is_compiling():
+            for t, s in zip(targets, sources):
+                t.lerp_(s, tau)
+            return
+        tau = float(tau)
+        if tau == 0.0:
+            return
+    torch._foreach_lerp_(targets, sources, tau)
 
 
 @torch.no_grad()
