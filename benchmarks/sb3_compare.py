@@ -5,6 +5,10 @@ whatever load the machine has): ``python -m rl_lightning fit +experiment=TASK se
 in Stable-Baselines3 (rl-baselines3-zoo's hyperparameters for the task), each with one torch thread (the
 CLI's default ``torch_threads: 1``) and the same evaluation schedule (every ``eval.every_frames`` frames,
 10 deterministic episodes). The wall time of each is the whole process, imports and evaluations included.
+It is split, from the moments each side finishes an evaluation, into a steady cost per frame (from the first
+evaluation to the last, evaluations included) and a fixed cost (the rest: start-up, the time to the first
+evaluation beyond its frames' steady cost, teardown), so the ratio of the training loops themselves shows
+beside the whole-run ratio.
 
 Recipes (both sides):
 
@@ -50,6 +54,8 @@ TASKS = {
     "sac_pendulum": {"frames": 20_000, "eval_every": 1_000, "threshold": -200.0},
 }
 EVAL_EPISODES = 10
+#: The per-run figures averaged over the seeds in the summary.
+FIGURES = ("wall_s", "frames_per_s", "steady_ms_per_frame", "fixed_s", "best_eval", "final_eval")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
@@ -64,7 +70,7 @@ def sb3_worker(task: str, seed: int, frames: int) -> dict:
 
     torch.set_num_threads(1)
     spec = TASKS[task]
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float]] = []  # frames, mean return, time.time() when done
     eval_env = gym.make("CartPole-v1" if task == "dqn_cartpole" else "Pendulum-v1")
 
     class Evaluate(BaseCallback):
@@ -73,7 +79,7 @@ def sb3_worker(task: str, seed: int, frames: int) -> dict:
                 mean, _ = evaluate_policy(
                     self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True
                 )
-                curve.append((self.num_timesteps, float(mean)))
+                curve.append((self.num_timesteps, float(mean), time.time()))
             return True
 
     if task == "dqn_cartpole":
@@ -129,24 +135,30 @@ def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, floa
     return results  # type: ignore[return-value]
 
 
-def our_curve(workdir: Path, task: str, seed: int, run_dir: str) -> list[tuple[int, float]]:
+def our_curve(workdir: Path, task: str, seed: int, run_dir: str) -> list[tuple[int, float, float]]:
     import mlflow
 
     cwd = workdir / f"ours_{task}_s{seed}"
     client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
     run_id = (cwd / run_dir / "mlflow_run_id").read_text().strip()
-    return sorted((int(m.step), m.value) for m in client.get_metric_history(run_id, "eval/return_mean"))
+    history = client.get_metric_history(run_id, "eval/return_mean")
+    return sorted((int(m.step), m.value, m.timestamp / 1000) for m in history)
 
 
-def figures(curve: list[tuple[int, float]], wall: float, frames: int, threshold: float) -> dict:
-    first = next((f for f, v in curve if v >= threshold), None)
+def figures(curve: list[tuple[int, float, float]], wall: float, frames: int, threshold: float) -> dict:
+    """``curve``: (frames, mean return, epoch time when the evaluation ended) per evaluation."""
+    first = next((f for f, v, _ in curve if v >= threshold), None)
+    (f0, _, t0), (f1, _, t1) = curve[0], curve[-1]
+    steady = (t1 - t0) / (f1 - f0)  # seconds per frame between the first and the last evaluation
     return {
         "wall_s": round(wall, 1),
         "frames_per_s": round(frames / wall, 1),
-        "best_eval": round(max(v for _, v in curve), 2),
+        "steady_ms_per_frame": round(steady * 1e3, 3),
+        "fixed_s": round(wall - steady * frames, 1),
+        "best_eval": round(max(v for _, v, _ in curve), 2),
         "final_eval": round(curve[-1][1], 2),
         "first_frames_at_threshold": first,
-        "curve": [[f, round(v, 2)] for f, v in curve],
+        "curve": [[f, round(v, 2)] for f, v, _ in curve],
     }
 
 
@@ -166,6 +178,7 @@ def compare(task: str, seed: int, workdir: Path, frames: int | None) -> dict:
         "rl_lightning": mine,
         "stable_baselines3": base,
         "wall_ratio": round(our_wall / sb3_wall, 3),
+        "steady_ratio": round(mine["steady_ms_per_frame"] / base["steady_ms_per_frame"], 3),
     }
 
 
@@ -192,11 +205,12 @@ def main() -> None:
         mine = [r for r in rows if r["task"] == task]
         summary[task] = {
             "wall_ratio_mean": round(statistics.mean(r["wall_ratio"] for r in mine), 3),
+            "steady_ratio_mean": round(statistics.mean(r["steady_ratio"] for r in mine), 3),
             "goal_wall_ratio": 0.8,
             **{
                 f"{side}_{key}_mean": round(statistics.mean(r[side][key] for r in mine), 2)
                 for side in ("rl_lightning", "stable_baselines3")
-                for key in ("wall_s", "frames_per_s", "best_eval", "final_eval")
+                for key in FIGURES
             },
         }
     print(
@@ -204,7 +218,9 @@ def main() -> None:
             "sb3_compare" if args.frames is None else "sb3_compare_smoke",
             {
                 "how": "both processes started at once per task and seed, one torch thread each; wall time "
-                "of the whole process (imports, evaluations and, for rl_lightning, checkpoints included)",
+                "of the whole process (imports, evaluations and, for rl_lightning, checkpoints included); "
+                "steady_ms_per_frame: wall time per frame from the first evaluation to the last (evaluations "
+                "included), fixed_s: wall_s minus that rate times the frames (start-up, teardown)",
                 "stable_baselines3": metadata.version("stable-baselines3"),
                 "summary": summary,
                 "runs": rows,
