@@ -195,45 +195,72 @@ class UpdateRound:
             self.dm.update_priority(priority.get("index"), priority.get("value"))
 
 
+class _CollectingRound(UpdateRound):
+    """An item of the experience stream: the collections the next updates wait for, then their round.
+
+    Inert until ``training_step`` iterates it. Lightning's fetcher takes the next item of a stream before
+    the current one has been trained (it prefetches a batch to know whether the epoch ends), so an item
+    made with a size would be made from updates the current item is about to do: an extra round of them,
+    and an item pending in the fetcher when a checkpoint is taken, lost on resume. This item decides what
+    it does when it runs: it collects until updates are owed (nothing when earlier collections still owe
+    some), then does up to ``MAX_UPDATES_PER_BATCH`` of them; when the frame budget is spent or a stop is
+    requested it sets ``trainer.should_stop`` and does none.
+    """
+
+    def __init__(self, stream: ExperienceStream) -> None:
+        super().__init__(stream.dm, 0)
+        self.stream = stream
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        if not self.stream.collect_until_owed():
+            return
+        self.n = min(self.dm.owed_updates, MAX_UPDATES_PER_BATCH)
+        yield from super().__iter__()
+
+
 class ExperienceStream:
-    """Iterable over training batches (:class:`UpdateRound` items); owned by :class:`RLDataModule`."""
+    """Iterable over training batches (items that collect, then do a round of updates: see
+    :class:`_CollectingRound`); owned by :class:`RLDataModule`."""
 
     def __init__(self, dm: RLDataModule) -> None:
         self.dm = dm
+        self._batches: Iterator[TensorDictBase] | None = None
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
+    def __iter__(self) -> Iterator[UpdateRound]:
+        dm = self.dm
+        dm.collector = dm.make_collector()
+        self._batches = iter(dm.collector)
+        try:
+            while not dm.trainer.should_stop:
+                yield _CollectingRound(self)
+        finally:
+            self._batches = None
+            dm.close_collector()
+
+    def collect_until_owed(self) -> bool:
+        """Collects until updates are owed (those granted but not yet done, also those owed when a
+        checkpoint was taken, need no collection); ``False`` when the fit is to stop instead.
+
+        The budget is in frames: it ends this epoch and the fit (max_epochs is unbounded so that a finished
+        run resumed with a larger total_frames continues). A stop request (Ctrl-C, a callback) is checked
+        between collections, since the warm-up grants no updates, and between updates (``UpdateRound``).
+        """
         dm = self.dm
         cfg = dm.collect
-        trainer = dm.trainer
-        collector = dm.collector = dm.make_collector()
-        try:
-            it = iter(collector)
-            while True:
-                # Updates granted but not yet done (also those owed when a checkpoint was taken), in rounds.
-                while dm.owed_updates > 0:
-                    if dm.stop_now(False):  # a stop request (Ctrl-C, a callback) between rounds
-                        trainer.should_stop = True
-                        return
-                    yield UpdateRound(dm, min(dm.owed_updates, MAX_UPDATES_PER_BATCH))
-                    if trainer.should_stop:  # stopped inside the round
-                        return
-                # The budget is in frames: it ends this epoch and the fit (max_epochs is unbounded so that a
-                # finished run resumed with a larger total_frames continues). A stop request is checked
-                # between collections too: the warm-up yields no updates.
-                if dm.stop_now(dm.frames >= cfg.total_frames):
-                    trainer.should_stop = True
-                    return
-                if cfg.workers:
-                    collector.update_policy_weights_()
-                batch = next(it)
-                if batch.batch_dims > 2:  # [workers, envs, T] -> [workers * envs, T]
-                    batch = batch.reshape(-1, batch.shape[-1])
-                batch = dm.trim_to_budget(batch)
-                dm.add_frames(batch)
-                if dm.frames >= cfg.warmup_frames:
-                    dm.owed_updates += dm.updates_due(batch.numel())
-        finally:
-            dm.close_collector()
+        while dm.owed_updates <= 0:
+            if dm.stop_now(dm.frames >= cfg.total_frames):
+                dm.trainer.should_stop = True
+                return False
+            if cfg.workers:
+                dm.collector.update_policy_weights_()
+            batch = next(self._batches)
+            if batch.batch_dims > 2:  # [workers, envs, T] -> [workers * envs, T]
+                batch = batch.reshape(-1, batch.shape[-1])
+            batch = dm.trim_to_budget(batch)
+            dm.add_frames(batch)
+            if dm.frames >= cfg.warmup_frames:
+                dm.owed_updates += dm.updates_due(batch.numel())
+        return True
 
 
 class RLDataModule(L.LightningDataModule):

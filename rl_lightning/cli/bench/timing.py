@@ -46,7 +46,7 @@ class _SteadyStateProbe(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self.batches += 1
         dm = trainer.datamodule
-        # owed_updates == 0: the batch just fetched ends a round, the next fetch collects.
+        # owed_updates == 0: the round just done ended the updates owed, the next one collects first.
         if self.opened is None and dm.frames >= self.steady_start and dm.owed_updates == 0:
             _sync(pl_module.device)
             self.opened = (time.perf_counter(), dm.frames, dm.updates)
