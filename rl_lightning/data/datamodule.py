@@ -142,7 +142,8 @@ def _rebuild_worker_policy(
 
 
 class UpdateRound:
-    """The samples of up to ``n`` consecutive updates: one item of the experience stream.
+    """The samples of up to ``n`` consecutive updates: the training part of an item of the experience stream
+    (:class:`_CollectingRound`, which sets ``n`` when it runs).
 
     ``training_step`` runs ``update`` on each sample and hands each output to :meth:`feedback`, which
     writes new priorities into the replay before the next sample is drawn. Grouping the updates of one
