@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Mapping
@@ -11,6 +12,8 @@ from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
+
+from rl_lightning.training.mlflow_store import prepare_sqlite_store
 
 __all__ = ["BufferedMLFlowLogger"]
 
@@ -30,6 +33,10 @@ class BufferedMLFlowLogger(MLFlowLogger):
     interrupted or failed one) writes what is left; ``flush_every_s=0`` writes at every call, as
     Lightning's logger does.
 
+    A ``sqlite:///`` store that does not exist yet starts as a copy of an empty one
+    (:func:`~rl_lightning.training.mlflow_store.prepare_sqlite_store`) rather than through MLflow's
+    schema migrations.
+
     Args:
         flush_every_s: seconds between writes (>= 0).
         *args, **kwargs: ``MLFlowLogger``'s.
@@ -44,6 +51,9 @@ class BufferedMLFlowLogger(MLFlowLogger):
                 f"logger.flush_every_s={flush_every_s!r} must be a number of seconds >= 0 "
                 "(0 writes metrics at every logging call)."
             )
+        bound = inspect.signature(MLFlowLogger.__init__).bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        prepare_sqlite_store(bound.arguments["tracking_uri"] or "")  # before MLFlowLogger opens the store
         super().__init__(*args, **kwargs)
         self.flush_every_s = float(flush_every_s)
         self._pending: list[Any] = []
