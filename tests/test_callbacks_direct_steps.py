@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from tensordict import TensorDict
 from test_dqn import batch, specs
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from callbacks import DirectSteps
 from callbacks.direct_steps import STEP_HOOKS, CountedStep, why_wrappers_needed
@@ -123,3 +124,101 @@ def test_counted_step_zeroes_gradients_in_place_or_drops_them() -> None:
     assert all(p.grad is None for p in net.parameters())
     opt.zero_grad(set_to_none=False)  # nothing to zero: no error, still no gradients
     assert all(p.grad is None for p in net.parameters())
+
+
+class _Progress:
+    """Lightning's step progress, as far as ``CountedStep`` uses it."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def increment_ready(self) -> None:
+        pass
+
+    def increment_completed(self) -> None:
+        self.steps += 1
+
+
+def _net() -> torch.nn.ModuleDict:
+    torch.manual_seed(0)
+    return torch.nn.ModuleDict(
+        {"a": torch.nn.Linear(5, 7), "b": torch.nn.Linear(7, 3), "unused": torch.nn.Linear(2, 2)}
+    )
+
+
+def _groups(net: torch.nn.ModuleDict) -> list[dict]:
+    """Two groups with their own learning rates; the ``unused`` layer never gets a gradient."""
+    return [
+        {"params": list(net["a"].parameters()), "lr": 0.01},
+        {"params": [*net["b"].parameters(), *net["unused"].parameters()], "lr": 0.003},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs"),
+    [(torch.optim.Adam, {}), (torch.optim.Adam, {"weight_decay": 0.1, "maximize": True}),
+     (torch.optim.AdamW, {"weight_decay": 0.1})],
+    ids=["adam", "adam-l2-maximize", "adamw"],
+)  # fmt: skip
+def test_counted_step_calls_the_fused_adam_kernel_directly_with_the_same_bits(cls, kwargs) -> None:
+    ref_net, net = _net(), _net()
+    ref = cls(_groups(ref_net), fused=True, **kwargs)
+    opt = CountedStep(cls(_groups(net), fused=True, **kwargs), progress=_Progress())
+    g = torch.Generator().manual_seed(1)
+    taken = []
+    for _ in range(6):
+        for name in ("a", "b"):
+            for p_ref, p in zip(ref_net[name].parameters(), net[name].parameters()):
+                p_ref.grad = torch.randn(p.shape, generator=g)
+                p.grad = p_ref.grad.clone()
+        ref.step()
+        taken.append(opt._fused_adam_step())
+        if not taken[-1]:
+            opt.optimizer.step()
+    assert taken == [False] + [True] * 5  # Adam.step itself makes the state at the first step
+    for (name, p_ref), p in zip(ref_net.named_parameters(), net.parameters()):
+        assert torch.equal(p_ref, p), name
+    assert not torch.equal(net["a"].weight, _net()["a"].weight)  # it did step
+    assert net["unused"].weight not in opt.optimizer.state  # no gradient, no state, as in Adam.step
+    used = [(p_ref, p) for p_ref, p in zip(ref_net.parameters(), net.parameters()) if p_ref in ref.state]
+    assert len(used) == len(opt.optimizer.state) == 4
+    for p_ref, p in used:
+        s_ref, s = ref.state[p_ref], opt.optimizer.state[p]
+        assert s_ref.keys() == s.keys() and all(torch.equal(s_ref[k], s[k]) for k in s_ref)
+    opt.step()
+    assert opt._progress.steps == 1  # counted as an optimizer step
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["pre-hook", "post-hook", "global-hook", "amsgrad", "not-fused", "tensor-lr", "grad-scaler", "sgd"],
+)
+def test_counted_step_leaves_the_step_to_the_optimizer_where_it_does_more(change: str) -> None:
+    net = torch.nn.Linear(3, 2)
+    kwargs = {"amsgrad": change == "amsgrad", "fused": change != "not-fused"}
+    if change == "tensor-lr":
+        kwargs["lr"] = torch.tensor(0.01)
+    if change == "sgd":
+        inner = torch.optim.SGD(net.parameters(), lr=0.1, fused=True)
+    else:
+        inner = torch.optim.Adam(net.parameters(), **kwargs)
+    calls, handle = [], None
+    if change == "pre-hook":
+        handle = inner.register_step_pre_hook(lambda *args: calls.append(change))
+    elif change == "post-hook":
+        handle = inner.register_step_post_hook(lambda *args: calls.append(change))
+    elif change == "global-hook":
+        handle = register_optimizer_step_pre_hook(lambda *args: calls.append(change))
+    elif change == "grad-scaler":
+        inner.grad_scale = torch.ones(())  # what GradScaler.step leaves on a fused optimizer
+    opt = CountedStep(inner, progress=_Progress())
+    try:
+        for _ in range(3):
+            net(torch.ones(4, 3)).sum().backward()
+            opt.step()
+            assert not opt._fused_adam_step()
+    finally:
+        if handle is not None:
+            handle.remove()
+    assert opt._progress.steps == 3
+    assert calls == ([change] * 3 if change.endswith("hook") else [])

@@ -32,6 +32,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from callbacks import DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
 from callbacks._protocol import restore_hot_paths, wrap_hot_path
+from callbacks.direct_steps import CountedStep
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
@@ -176,10 +177,23 @@ def assert_matches(ref: Result, other: Result, exact_actions: bool, atol: float 
 
 
 def assert_direct_steps_match(ref: Result, overrides: list[str], make_data: Callable) -> None:
-    """``DirectSteps`` took the steps over and the run equals the reference bit for bit."""
+    """``DirectSteps`` took the steps over and the run equals the reference bit for bit; with fused
+    optimizers too, whose steps after the first call the fused Adam kernel directly (``CountedStep``)."""
     callback = DirectSteps()
     assert_matches(ref, run(overrides, make_data, [callback]), exact_actions=True, atol=0.0)
     assert callback.direct_fits == 1
+    fused_ref = run(overrides, make_data, [FusedOptimizer()])
+    direct, taken, kernel_step = DirectSteps(), [], CountedStep._fused_adam_step
+
+    def counted_kernel_step(self: CountedStep) -> bool:
+        taken.append(kernel_step(self))
+        return taken[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CountedStep, "_fused_adam_step", counted_kernel_step)
+        fused_direct = run(overrides, make_data, [FusedOptimizer(), direct])
+    assert_matches(fused_ref, fused_direct, exact_actions=True, atol=0.0)
+    assert direct.direct_fits == 1 and any(taken)
 
 
 def compile_run(overrides: list[str], make_data: Callable) -> Result:
