@@ -119,9 +119,9 @@ class CountedStep:
                 if not state or not p.is_cpu or p.dtype is not dtype or p.grad.is_sparse:
                     return False
                 states.append(state)
-            calls.append((group, params, states))
+            calls.append((group, beta1, beta2, params, states))
         with torch.no_grad():
-            for group, params, states in calls:
+            for group, beta1, beta2, params, states in calls:
                 steps = [s["step"] for s in states]
                 torch._foreach_add_(steps, 1)
                 decoupled = group.get("decoupled_weight_decay", type(opt) is torch.optim.AdamW)
@@ -135,8 +135,8 @@ class CountedStep:
                     steps,
                     amsgrad=False,
                     lr=group["lr"],
-                    beta1=group["betas"][0],
-                    beta2=group["betas"][1],
+                    beta1=beta1,
+                    beta2=beta2,
                     weight_decay=group["weight_decay"],
                     eps=group["eps"],
                     maximize=group["maximize"],
