@@ -12,15 +12,19 @@ from rl_lightning.cli.run import Run, build_run
 from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH
 
 
-def fit(tmp_path: Path, monkeypatch, *overrides: str) -> tuple[list[int], Run]:
-    """Fits a small run in ``tmp_path``; returns the frames collected at each update, and the run."""
+def small_run(tmp_path: Path, monkeypatch, *overrides: str) -> Run:
+    """A small run in ``tmp_path``, without logger or evaluations."""
     tmp_path.mkdir(exist_ok=True)
     monkeypatch.chdir(tmp_path)
-    cfg = compose([
+    return build_run(compose([
         "logger=none", "device=cpu", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1",
         "replay.batch_size=8", *overrides,
-    ])  # fmt: skip
-    run = build_run(cfg)
+    ]))  # fmt: skip
+
+
+def fit(tmp_path: Path, monkeypatch, *overrides: str) -> tuple[list[int], Run]:
+    """Fits a small run in ``tmp_path``; returns the frames collected at each update, and the run."""
+    run = small_run(tmp_path, monkeypatch, *overrides)
     frames_at_update: list[int] = []
     update = run.module.update
 
@@ -77,12 +81,7 @@ def test_a_resumed_run_does_the_updates_of_an_uninterrupted_one(
 
 @pytest.mark.parametrize("stop_after", [1, 30])
 def test_a_stop_request_ends_the_fit_between_updates(tmp_path: Path, monkeypatch, stop_after: int) -> None:
-    monkeypatch.chdir(tmp_path)
-    cfg = compose([
-        "logger=none", "device=cpu", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1",
-        "replay.batch_size=8", *SAC_SMALL, "total_frames=60",
-    ])  # fmt: skip
-    run = build_run(cfg)
+    run = small_run(tmp_path, monkeypatch, *SAC_SMALL, "total_frames=60")
     dm = run.datamodule
     dm.stop_request = lambda: dm.updates >= stop_after
     run.trainer.fit(run.module, datamodule=dm)
