@@ -5,7 +5,8 @@ import sys
 if __name__ == "__main__":
     try:
         from rl_lightning.cli import main
+        from rl_lightning.cli.process import exit_process
     except KeyboardInterrupt:  # Ctrl-C while Python is still importing: nothing started, nothing to save
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(main())
+    exit_process(main())
