@@ -94,6 +94,23 @@ def test_n_step_windows_continue_across_batches():
     assert second["steps_to_next_obs"][0, 0, 0] == 3
 
 
+@pytest.mark.parametrize("steps", [4, 1], ids=["held-back-tail", "whole-batch-held"])
+def test_n_step_windows_do_not_read_a_batch_the_collector_wrote_over(steps):
+    # The local collector yields the same buffers at every collection: the held-back steps must be copies.
+    g = 0.5
+    rewards = (1.0, 2.0, 3.0)
+    reused, ns, fresh = trajectory([rewards[0]] * steps, end=None), NStepReturns(3, g), NStepReturns(3, g)
+    outs = [ns(reused)]
+    for r in rewards[1:]:
+        reused.update_(trajectory([r] * steps, end=None))  # the next collection, written in place
+        outs.append(ns(reused))
+    for out, r in zip(outs, rewards):
+        expected = fresh(trajectory([r] * steps, end=None))
+        assert out.shape == expected.shape
+        assert torch.equal(out["next", "reward"], expected["next", "reward"])
+    assert outs[-1].shape[1] > 0
+
+
 def test_n_step_one_is_identity():
     td = trajectory([1, 2, 3], end=1)
     out = NStepReturns(1, 0.9)(td)

@@ -47,10 +47,11 @@ class NStepReturns:
             batch = torch.cat([self._carry, batch], dim=1)
         length = batch.shape[1]
         ready = length - (self.n - 1)
+        # The held-back steps are copied: the collector may write its next batch into the same buffers.
         if ready <= 0:
-            self._carry = batch
+            self._carry = batch.clone()
             return batch[:, :0]
-        self._carry = batch[:, ready:] if self.n > 1 else None
+        self._carry = batch[:, ready:].clone() if self.n > 1 else None
         nxt = batch.get("next")
         reward = nxt.get("reward")  # [N, L, 1]
         done = nxt.get("done").to(reward.dtype)
