@@ -1,4 +1,5 @@
-"""The CLI process ends without the interpreter's teardown, but after everything a normal exit does first."""
+"""The CLI process: it exits without the interpreter's teardown (after everything a normal exit does first),
+and it answers `help` and config errors without loading torch."""
 
 from __future__ import annotations
 
@@ -70,3 +71,22 @@ def test_exit_joins_threads_runs_atexit_flushes_output_and_keeps_the_code(
         assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     else:
         assert "fit" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("help",), ("fit",), ("fit", "+experiment=no_such"), ("fit", "+experiment=dqn_cartpole", "env=cartpol")],
+)
+def test_help_and_config_errors_answer_without_loading_torch(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # Whether torch was imported is read at exit (atexit), once the command has answered.
+    program = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('torch loaded:', 'torch' in sys.modules))\n"
+        "sys.argv = ['rl_lightning', *sys.argv[1:]]\n"
+        "runpy.run_module('rl_lightning', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == (0 if argv == ("help",) else 2), proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "torch loaded: False"

@@ -10,7 +10,6 @@ import threading
 import warnings
 from collections.abc import Callable
 
-import torch
 from omegaconf import DictConfig
 
 __all__ = ["apply_process_settings", "exit_process", "quiet_libraries"]
@@ -71,6 +70,8 @@ def quiet_libraries() -> Callable[[], None]:
 
 def apply_process_settings(cfg: DictConfig) -> None:
     """Torch threads (``torch_threads``) for this process."""
+    import torch  # here, not at the top: `help` and config errors answer without loading torch (1 s)
+
     threads = cfg.get("torch_threads")
     if threads is not None:
         if int(threads) < 1:
