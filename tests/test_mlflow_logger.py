@@ -44,10 +44,13 @@ def test_metrics_are_written_together_when_the_run_ends(tmp_path: Path) -> None:
 
 
 def test_metrics_are_written_once_the_interval_has_passed(tmp_path: Path) -> None:
-    logger, sizes = _logger(tmp_path, flush_every_s=0.2)
+    logger, sizes = _logger(tmp_path, flush_every_s=60)
+    # The interval is counted from the last write (here: now, the run being created); moving that moment
+    # back stands in for the minute passing, so a slow machine cannot make the first calls due already.
+    logger._last_flush = time.monotonic()
     logger.log_metrics({"a": 1.0}, step=1)
     logger.log_metrics({"a": 2.0}, step=2)
-    time.sleep(0.25)
+    logger._last_flush -= 61
     logger.log_metrics({"a": 3.0}, step=3)
     assert sizes == [3] and _history(logger, "a") == [(1, 1.0), (2, 2.0), (3, 3.0)]
     logger.log_metrics({"a": 4.0}, step=4)
