@@ -112,6 +112,26 @@ def test_last_means_the_newest_real_run_of_the_same_experiment(
     assert "is a run of DQN on CartPole-v1" in one_error_line(capsys)
 
 
+def test_a_new_run_never_takes_the_directory_of_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    # Two runs of one experiment started in the same second resolve ${now} to the same run_dir.
+    import mlflow
+    from omegaconf import OmegaConf
+
+    monkeypatch.chdir(tmp_path)
+    dirs = []
+    for seed in (0, 1):
+        assert main(["fit", *QUICK, "total_frames=200", "run_dir=runs/same", f"seed={seed}"]) == 0
+        dirs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_dir"])
+    assert dirs == ["runs/same", "runs/same-1"]
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ids = [(tmp_path / d / "mlflow_run_id").read_text().strip() for d in dirs]
+    assert ids[0] != ids[1]
+    assert [client.get_run(i).data.params["seed"] for i in ids] == ["0", "1"]
+    assert OmegaConf.load(tmp_path / dirs[1] / "config.yaml").run_dir == "runs/same-1"
+
+
 def test_progress_bar_counts_frames_to_the_total_and_prints_evaluations_above_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -105,10 +105,23 @@ def _find_last(cfg: DictConfig, runs_root: Path) -> Path:
 
 
 def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
-    """The run directory and the checkpoint to resume from (``None`` for a new run)."""
+    """The run directory and the checkpoint to resume from (``None`` for a new run).
+
+    A new run never takes the directory of another: when ``run_dir`` exists (a run of the same name started
+    in the same second, the resolution of ``${now:...}``), it gets the first free ``run_dir-1``, ``-2``, ...
+    Otherwise the new run would read the other's ``mlflow_run_id`` and log into its MLflow run. Ranks
+    started together by an outside launcher (``torchrun`` sets ``WORLD_SIZE``) keep the given ``run_dir``:
+    they must agree on it, and the first rank's directory may already exist when the others get here.
+    """
     run_dir = Path(cfg.run_dir)
     if cfg.ckpt_path is None:
-        return run_dir, None
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            return run_dir, None
+        free, n = run_dir, 0
+        while free.exists():
+            n += 1
+            free = run_dir.with_name(f"{run_dir.name}-{n}")
+        return free, None
     if cfg.ckpt_path == "last":
         ckpt = _find_last(cfg, run_dir.parent.parent)
     else:
@@ -227,6 +240,8 @@ def build_run(cfg: DictConfig) -> Run:
     apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt = _resolve_resume(cfg)
+    if ckpt is None and str(run_dir) != cfg.run_dir:
+        cfg.run_dir = str(run_dir)  # the recorded config names the directory the new run took
     run_dir = _shared_run_dir(run_dir)
     env_cfg = env_config(cfg)
     device = resolve_device(cfg.device)
