@@ -132,6 +132,28 @@ def test_a_new_run_never_takes_the_directory_of_another(
     assert OmegaConf.load(tmp_path / dirs[1] / "config.yaml").run_dir == "runs/same-1"
 
 
+def test_a_run_started_at_the_same_moment_as_another_takes_the_next_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import rl_lightning.cli.run as run_module
+
+    monkeypatch.chdir(tmp_path)
+    look = run_module._resolve_resume
+    other: list[Path] = []
+
+    def another_run_makes_it_first(cfg):  # between this run's look and its claim of the directory
+        run_dir, ckpt = look(cfg)
+        if not other:
+            run_dir.mkdir(parents=True)
+            other.append(run_dir)
+        return run_dir, ckpt
+
+    monkeypatch.setattr(run_module, "_resolve_resume", another_run_makes_it_first)
+    assert main(["fit", *QUICK, "total_frames=200", "run_dir=runs/same"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_dir"] == "runs/same-1"
+    assert other == [Path("runs/same")] and not any(other[0].iterdir())  # the other run's, left alone
+
+
 def test_progress_bar_counts_frames_to_the_total_and_prints_evaluations_above_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -126,7 +126,7 @@ def fit(cfg: DictConfig) -> Run:
     Ctrl-C stops the run at the next safe point with a resumable ``last.ckpt`` (its MLflow run is marked
     KILLED, and FINISHED again when a resume completes); the command then raises ``KeyboardInterrupt``.
     """
-    run = build_run(cfg)
+    run = build_run(cfg, claim_run_dir=True)
     main_rank = run.trainer.is_global_zero  # the other ranks of a DDP run train and save, and say nothing
     algo = type(run.module).__name__
     device = resolve_device(cfg.device)
@@ -142,7 +142,7 @@ def fit(cfg: DictConfig) -> Run:
                 f"+experiment={cfg.cpu_variant} is the CPU-sized variant."
             )
     new_run = run.ckpt_path is None
-    created = new_run and not run.run_dir.exists()
+    created = run.created or (new_run and not run.run_dir.exists())
     if main_rank:
         if new_run:
             _record_config(run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,8 @@ class Run:
     ckpt_path: str | None
     checkpoint: FrameCheckpoint
     stop: StopOnInterrupt
+    #: ``run_dir`` was made by this build (``claim_run_dir``): a new run's, which a failed start removes.
+    created: bool = False
 
 
 def _run_of(run_dir: Path) -> dict[str, Any] | None:
@@ -104,24 +107,28 @@ def _find_last(cfg: DictConfig, runs_root: Path) -> Path:
     return same[-1]
 
 
+def _picks_its_run_dir() -> bool:
+    """Whether a new run of this process chooses its directory. The ranks Lightning launches take rank 0's
+    (``RUN_DIR_ENV``), and ranks started together by an outside launcher (``torchrun`` sets ``WORLD_SIZE``)
+    keep the given ``run_dir``: they must agree on it, and another rank may have made it already."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0 and os.environ.get("WORLD_SIZE", "1") == "1"
+
+
 def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
     """The run directory and the checkpoint to resume from (``None`` for a new run).
 
     A new run never takes the directory of another: when ``run_dir`` exists (a run of the same name started
     in the same second, the resolution of ``${now:...}``), it gets the first free ``run_dir-1``, ``-2``, ...
-    Otherwise the new run would read the other's ``mlflow_run_id`` and log into its MLflow run. Ranks
-    started together by an outside launcher (``torchrun`` sets ``WORLD_SIZE``) keep the given ``run_dir``:
-    they must agree on it, and the first rank's directory may already exist when the others get here.
+    Otherwise the new run would read the other's ``mlflow_run_id`` and log into its MLflow run.
     """
     run_dir = Path(cfg.run_dir)
     if cfg.ckpt_path is None:
-        if os.environ.get("WORLD_SIZE", "1") != "1":
+        if not _picks_its_run_dir():
             return run_dir, None
-        free, n = run_dir, 0
-        while free.exists():
-            n += 1
-            free = run_dir.with_name(f"{run_dir.name}-{n}")
-        return free, None
+        candidates = (run_dir.with_name(f"{run_dir.name}-{n}") if n else run_dir for n in itertools.count())
+        return next(d for d in candidates if not d.exists()), None
     if cfg.ckpt_path == "last":
         ckpt = _find_last(cfg, run_dir.parent.parent)
     else:
@@ -230,12 +237,15 @@ def _shared_run_dir(run_dir: Path) -> Path:
     return Path(shared) if shared and rank_zero_only.rank != 0 else run_dir
 
 
-def build_run(cfg: DictConfig) -> Run:
+def build_run(cfg: DictConfig, claim_run_dir: bool = False) -> Run:
     """Builds module, data module, trainer and logger from the composed config.
 
     Everything the config can get wrong (unknown env, an algorithm that does not fit the env, a replay
-    config that contradicts the algorithm) fails here, before anything is written.
+    config that contradicts the algorithm) fails here, before anything is written. With ``claim_run_dir``
+    (``fit``), a new run then makes its directory, atomically: when a run started since took that name, the
+    run is built again for the next free one, so two runs started at once never share a directory.
     """
+    requested_run_dir = cfg.run_dir
     check_config(cfg)
     apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -286,4 +296,11 @@ def build_run(cfg: DictConfig) -> Run:
             f"collect.backend=ray collects for one training process, not {trainer.world_size} ranks: "
             "drop trainer=ddp, or use collect.backend=local (its workers run per rank)."
         )
-    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop)
+    created = claim_run_dir and ckpt is None and _picks_its_run_dir()
+    if created:
+        try:
+            run_dir.mkdir(parents=True)
+        except FileExistsError:  # taken since _resolve_resume looked
+            cfg.run_dir = requested_run_dir
+            return build_run(cfg, claim_run_dir=True)
+    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop, created)
