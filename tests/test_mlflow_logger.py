@@ -78,3 +78,42 @@ def test_metrics_logged_before_the_run_starts_are_kept(tmp_path: Path) -> None:
     logger.log_metrics({"a": 1.0}, step=7)  # the MLflow run does not exist yet
     logger.finalize("success")
     assert _history(logger, "a") == [(7, 1.0)]
+
+
+def test_a_run_that_loses_the_race_to_make_the_experiment_takes_the_one_made(tmp_path: Path) -> None:
+    # Runs started at the same moment in a new store both look the experiment up, find none, and make it.
+    logger = BufferedMLFlowLogger(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment_name="shared")
+    other = MlflowClient(logger._tracking_uri)
+    look = logger._mlflow_client.get_experiment_by_name
+    made: list[str] = []
+
+    def the_other_makes_it_meanwhile(name: str):
+        found = look(name)
+        if not made:
+            made.append(other.create_experiment(name))
+        return found
+
+    logger._mlflow_client.get_experiment_by_name = the_other_makes_it_meanwhile
+    logger.experiment  # noqa: B018 (creates the run)
+    assert made and logger.experiment_id == made[0]
+    assert other.get_run(logger.run_id).info.experiment_id == made[0]
+
+
+def test_the_experiment_kind_tag_set_meanwhile_by_another_run_is_no_error(tmp_path: Path) -> None:
+    from rl_lightning.cli.fit import EXPERIMENT_KIND_TAG, _tag_experiment
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment_id = client.create_experiment("shared")
+    read = client.get_experiment
+    calls: list[int] = []
+
+    def the_other_tags_it_after_this_read(eid: str):
+        found = read(eid)
+        if not calls:
+            MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").set_experiment_tag(eid, *EXPERIMENT_KIND_TAG)
+        calls.append(1)
+        return found
+
+    client.get_experiment = the_other_tags_it_after_this_read
+    _tag_experiment(client, experiment_id)
+    assert read(experiment_id).tags[EXPERIMENT_KIND_TAG[0]] == EXPERIMENT_KIND_TAG[1]

@@ -52,6 +52,21 @@ def _mlflow(run: Run) -> Any:
     return run.logger.experiment if run.logger is not None else None
 
 
+def _tag_experiment(client: Any, experiment_id: str) -> None:
+    """Marks the experiment with ``EXPERIMENT_KIND_TAG`` unless it is; a run that started at the same moment
+    and set it first makes MLflow's insert fail on the tag's unique key, which is then already right."""
+    from mlflow.exceptions import MlflowException
+
+    key, value = EXPERIMENT_KIND_TAG
+    if client.get_experiment(experiment_id).tags.get(key) == value:
+        return
+    try:
+        client.set_experiment_tag(experiment_id, key, value)
+    except MlflowException:
+        if client.get_experiment(experiment_id).tags.get(key) != value:
+            raise
+
+
 def _record_config(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     cfg_file = run.run_dir / "config.yaml"
@@ -59,7 +74,7 @@ def _record_config(run: Run) -> None:
     if run.logger is None:
         return
     client = _mlflow(run)
-    client.set_experiment_tag(run.logger.experiment_id, *EXPERIMENT_KIND_TAG)
+    _tag_experiment(client, run.logger.experiment_id)
     run.logger.log_hyperparams(training_params(run.cfg))
     client.log_artifact(run.logger.run_id, str(cfg_file))
     client.set_tag(run.logger.run_id, "run_dir", str(run.run_dir))

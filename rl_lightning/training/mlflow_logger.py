@@ -59,6 +59,35 @@ class BufferedMLFlowLogger(MLFlowLogger):
         self._pending: list[Any] = []
         self._last_flush = time.monotonic()
 
+    @property
+    @override
+    def experiment(self) -> Any:
+        """MLflow's client, once the run exists (Lightning's, with the experiment found or made first).
+
+        Lightning makes a missing experiment after looking it up; runs started at the same moment in a new
+        store both find none, and the later ``create_experiment`` fails. Here the one that loses that race
+        takes the experiment the other made.
+        """
+        first = not self._initialized and self._run_id is None and self._experiment_id is None
+        if first and rank_zero_only.rank == 0:  # the other ranks get Lightning's dummy experiment
+            self._experiment_id = self._find_or_make_experiment()
+        return super().experiment
+
+    def _find_or_make_experiment(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        client, name = self._mlflow_client, self._experiment_name
+        found = client.get_experiment_by_name(name)
+        if found is not None and found.lifecycle_stage != "deleted":
+            return found.experiment_id
+        try:
+            return client.create_experiment(name=name, artifact_location=self._artifact_location)
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None or found.lifecycle_stage == "deleted":
+                raise
+            return found.experiment_id
+
     @override
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
