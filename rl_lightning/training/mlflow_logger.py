@@ -77,16 +77,19 @@ class BufferedMLFlowLogger(MLFlowLogger):
         from mlflow.exceptions import MlflowException
 
         client, name = self._mlflow_client, self._experiment_name
-        found = client.get_experiment_by_name(name)
-        if found is not None and found.lifecycle_stage != "deleted":
-            return found.experiment_id
+
+        def live() -> str | None:
+            found = client.get_experiment_by_name(name)
+            return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
+
+        if (experiment_id := live()) is not None:
+            return experiment_id
         try:
             return client.create_experiment(name=name, artifact_location=self._artifact_location)
         except MlflowException:
-            found = client.get_experiment_by_name(name)
-            if found is None or found.lifecycle_stage == "deleted":
+            if (experiment_id := live()) is None:
                 raise
-            return found.experiment_id
+            return experiment_id
 
     @override
     @rank_zero_only
