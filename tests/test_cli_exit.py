@@ -90,3 +90,53 @@ def test_help_and_config_errors_answer_without_loading_torch(tmp_path: Path, arg
     )
     assert proc.returncode == (0 if argv == ("help",) else 2), proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "torch loaded: False"
+
+
+#: Counts the collector's passes until the command's libraries are imported (``end_import_pause``), and
+#: reads the collector's state at exit.
+GC_PROGRAM = """
+import atexit, gc, runpy, sys
+import rl_lightning.cli as cli
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and passes.append(info["generation"]))
+real_end = cli.end_import_pause
+def end_import_pause():
+    if "imported" not in passes:
+        print("passes while importing:", len(passes), "torch loaded:", "torch" in sys.modules)
+        passes.append("imported")
+    real_end()
+cli.end_import_pause = end_import_pause
+atexit.register(lambda: print("at exit: enabled", gc.isenabled(), "frozen", gc.get_freeze_count()))
+sys.argv = ["rl_lightning", *sys.argv[1:]]
+runpy.run_module("rl_lightning", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_cli_imports_without_collector_passes_and_freezes_what_it_imported(tmp_path: Path) -> None:
+    # A command that imports torch and Lightning (evaluate), then stops with a user error.
+    proc = subprocess.run(
+        [sys.executable, "-c", GC_PROGRAM, "evaluate", f"ckpt={tmp_path / 'none.ckpt'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "passes while importing: 0 torch loaded: True"
+    enabled, frozen = lines[-1].removeprefix("at exit: enabled ").split(" frozen ")
+    assert enabled == "True"
+    assert int(frozen) > 100_000  # torch, Lightning and TorchRL's modules, classes and functions
+
+
+def test_main_in_process_leaves_the_collector_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    import gc
+
+    from rl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    frozen = gc.get_freeze_count()
+    assert gc.isenabled()
+    assert main(["evaluate", f"ckpt={tmp_path / 'none.ckpt'}"]) == 2
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen

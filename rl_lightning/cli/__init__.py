@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.config import CONF_DIR, CliError, compose, experiments
-from rl_lightning.cli.process import quiet_libraries
+from rl_lightning.cli.process import end_import_pause, quiet_libraries
 
 __all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
 
@@ -144,12 +144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if multirun:
             from rl_lightning.cli.sweep import multirun as sweep
 
+            end_import_pause()
             return sweep(overrides)
         cfg = compose(overrides)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg))
             return 0
-        _command(command)(cfg)
+        run_command = _command(command)  # imports the command's libraries
+        end_import_pause()
+        run_command(cfg)
         return 0
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -165,4 +168,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         raise
     finally:
+        end_import_pause()  # after an early return or an error, the collector is back on all the same
         restore_logging()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import sys
@@ -12,7 +13,13 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-__all__ = ["apply_process_settings", "exit_process", "quiet_libraries"]
+__all__ = [
+    "apply_process_settings",
+    "end_import_pause",
+    "exit_process",
+    "pause_gc_for_imports",
+    "quiet_libraries",
+]
 
 
 #: Messages that every run printed and that say nothing the user can act on.
@@ -77,6 +84,39 @@ def apply_process_settings(cfg: DictConfig) -> None:
         if int(threads) < 1:
             raise ValueError("torch_threads must be >= 1 or null (torch's default).")
         torch.set_num_threads(int(threads))
+
+
+#: Whether ``pause_gc_for_imports`` turned the collector off (``end_import_pause`` turns it back on).
+_gc_paused = False
+
+
+def pause_gc_for_imports() -> None:
+    """Turns Python's cyclic garbage collector off while the command imports its libraries.
+
+    ``python -m rl_lightning`` calls it before anything is imported; ``main`` calls
+    :func:`end_import_pause` once the command's module is imported. Importing torch, Lightning, TorchRL and
+    their dependencies makes about 650k objects, and the collector's full passes over that growing heap
+    (one whenever a quarter of it is new) took 1.2 s of every fit's start-up: 9 passes, the last one
+    0.33 s. The objects are modules, classes and functions that live as long as the process, so there is
+    nothing to collect among them. Not used when ``main`` runs in-process (tests, notebooks): the
+    collector is then left as it is.
+    """
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def end_import_pause() -> None:
+    """Ends :func:`pause_gc_for_imports`: what the imports made is moved out of the collector's reach
+    (``gc.freeze``), so that later full passes do not walk it again (one pass during a CartPole fit took
+    0.39 s without it), and collection resumes for everything made from now on. Does nothing when the
+    collector was not paused, or was already resumed."""
+    global _gc_paused
+    if _gc_paused:
+        gc.freeze()
+        gc.enable()
+        _gc_paused = False
 
 
 def exit_process(code: int) -> None:
