@@ -245,6 +245,21 @@ class RLModule(L.LightningModule, ABC):
         self._params_cache = None  # moved or cast: new leaves for the buffers, maybe for the parameters
         return super()._apply(fn, recurse)
 
+    def clear_grads(self, *optimizers: Any) -> None:
+        """Clears the optimizers' gradients before a backward: dropped on a CPU, zeroed in place on a GPU.
+
+        Dropped (``set_to_none``), the backward hands its gradient tensors over instead of adding them into
+        zeroed ones: 3% of a DQN or a SAC update on a CPU (CartPole DQN 1096 -> 1062 us, Pendulum SAC 9.50 ->
+        9.19 ms, medians alternating in one process). On a GPU they stay where they are: a CUDA-graphed
+        update reads and writes them at the addresses it captured (``CudaGraphs``). Both give the same bits:
+        every parameter of an optimizer an update steps gets a gradient in that update
+        (``tests/test_clear_grads.py``), so Adam never skips a parameter whose zeroed gradient it would
+        have stepped.
+        """
+        set_to_none = self.device.type != "cuda"
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
     def backward_loss(self, loss: torch.Tensor) -> None:
         """``manual_backward`` under a Trainer (precision plugins, grad scaling, hooks), plain backward
         otherwise or while ``direct_optimizers`` are set."""

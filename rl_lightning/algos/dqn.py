@@ -242,7 +242,7 @@ class DQN(RLModule):
         """
         opt = self.optimizer()
         loss, td_error = self.td_loss(batch)
-        opt.zero_grad(set_to_none=False)
+        self.clear_grads(opt)
         self.backward_loss(loss)
         if self.hparams.grad_clip is not None:
             grad_norm = clip_grad_norm(self._param_lists()[0], self.hparams.grad_clip)

@@ -137,8 +137,7 @@ class SoftActorCritic(RLModule):
         """
         losses, td_error = self._losses(batch)
         optimizers = [self.optimizer(i) for i in range(3)]
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=False)
+        self.clear_grads(*optimizers)
         # The critic targets carry no gradient and the actor loss reads detached critics: the sum's
         # gradient is each loss's own gradient on its own parameters.
         self.backward_loss(losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"])

@@ -190,7 +190,7 @@ class DeterministicActorCritic(RLModule):
         opt_actor, opt_critic = self.optimizer(0), self.optimizer(1)
         params = self._param_lists()
         loss_q, td_error, q_value = self._critic_loss(td)
-        opt_critic.zero_grad(set_to_none=False)
+        self.clear_grads(opt_critic)
         self.backward_loss(loss_q)
         clip = self.hparams.grad_clip
         metrics = {"loss_qvalue": loss_q.detach(), "q_mean": q_value.detach()}
@@ -200,7 +200,7 @@ class DeterministicActorCritic(RLModule):
         # A key of the batch, set on the host by ``prepare_sample``: no tensor is read.
         if CRITIC_ONLY not in batch.keys():
             loss_pi = self._actor_loss(td)
-            opt_actor.zero_grad(set_to_none=False)
+            self.clear_grads(opt_actor)
             self.backward_loss(loss_pi)
             if clip is not None:
                 self.last_grad_norm_actor.copy_(clip_grad_norm(params["actor"], clip))

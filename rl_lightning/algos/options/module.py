@@ -386,8 +386,7 @@ class SACOptions(RLModule):
             metrics["loss_termination"] = loss_beta.detach()
 
         optimizers = [self.optimizer(i) for i in range(len(self._param_groups()))]
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=False)
+        self.clear_grads(*optimizers)
         # Targets carry no gradient, the actor loss reads detached critics, the termination loss a detached
         # advantage: the sum's gradient is each loss's own gradient on its own parameters.
         self.backward_loss(loss)

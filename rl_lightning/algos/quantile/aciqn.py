@@ -240,7 +240,7 @@ class ACIQN(RLModule):
         weight = batch.get("priority_weight", None)
         loss = (per_sample * weight.reshape(-1)).mean() if weight is not None else per_sample.mean()
         opt = self.optimizer(1)
-        opt.zero_grad(set_to_none=False)
+        self.clear_grads(opt)
         self.backward_loss(loss)
         grad_norm = self._clip(self._param_lists()["critic"], loss)
         opt.step()
@@ -261,7 +261,7 @@ class ACIQN(RLModule):
         z = self.quantiles(obs, self.policy(obs), tau, detach=True)[0]  # [B, K]
         loss = -z.mean()
         opt = self.optimizer(0)
-        opt.zero_grad(set_to_none=False)
+        self.clear_grads(opt)
         self.backward_loss(loss)
         self._clip(self._param_lists()["actor"], loss)
         opt.step()

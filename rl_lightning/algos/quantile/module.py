@@ -189,7 +189,7 @@ class DiscreteDistributional(RLModule):
         weight = batch.get("priority_weight", None)
         loss = (per_sample * weight.reshape(-1)).mean() if weight is not None else per_sample.mean()
         opt = self.optimizer()
-        opt.zero_grad(set_to_none=False)
+        self.clear_grads(opt)
         self.backward_loss(loss)
         online, _ = self._param_lists()
         if self._cfg["grad_clip"] is not None:

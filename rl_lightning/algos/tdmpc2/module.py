@@ -270,13 +270,13 @@ class TDMPC2(RLModule):
         # Losses in train mode (Q dropout), as in the reference. Its TD targets are computed in eval mode,
         # which is the same here: the target ensemble never uses dropout and the policy has none.
         out = self.loss_fn.model_loss(self.model, data)
-        opt.zero_grad(set_to_none=False)
+        self.clear_grads(opt)
         self.backward_loss(out.loss)
         grad_norm = clip_grad_norm(self._model_params, self.hparams.grad_clip)
         opt.step()
 
         pi_loss, pi_metrics = self.loss_fn.policy_loss(self.model, out.zs.detach())
-        pi_opt.zero_grad(set_to_none=False)
+        self.clear_grads(pi_opt)
         self.backward_loss(pi_loss)
         pi_grad_norm = clip_grad_norm(self.model.pi_net.parameters(), self.hparams.grad_clip)
         pi_opt.step()
