@@ -147,7 +147,7 @@ def hand_written(n_updates: int, batch: TensorDict):
             with torch.no_grad():
                 y = rew + GAMMA * notdone * q_target(nobs).max(-1, keepdim=True).values
             loss = ((q(obs).gather(-1, act) - y) ** 2).mean()
-            opt.zero_grad(set_to_none=False)
+            opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(q.parameters(), 10.0)
             opt.step()

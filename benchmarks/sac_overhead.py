@@ -188,7 +188,7 @@ def hand_written(batch: TensorDict, foreach: bool | None):
             loss_pi = (alpha * log_prob.unsqueeze(-1) - q_pi).mean()
             loss_alpha = (-log_alpha * (log_prob.detach() - ACT)).mean()
             for opt in (opt_actor, opt_critic, opt_alpha):
-                opt.zero_grad(set_to_none=False)
+                opt.zero_grad()
             (loss_q + loss_pi + loss_alpha).backward()
             for opt in (opt_actor, opt_critic, opt_alpha):
                 opt.step()
