@@ -4,7 +4,10 @@ For each task and seed, two processes are started at once (same process tree, sa
 whatever load the machine has): ``python -m rl_lightning fit +experiment=TASK seed=S`` and the same recipe
 in Stable-Baselines3 (rl-baselines3-zoo's hyperparameters for the task), each with one torch thread (the
 CLI's default ``torch_threads: 1``) and the same evaluation schedule (every ``eval.every_frames`` frames,
-10 deterministic episodes). The wall time of each is the whole process, imports and evaluations included.
+10 deterministic episodes). With ``--back-to-back`` they run one after the other instead (the first of the
+two alternates with the seed), each held to one core (CPU affinity), so each has the machine's caches and
+memory bandwidth to itself but no more cores than at once; written to ``sb3_compare_back_to_back.json``.
+The wall time of each is the whole process, imports and evaluations included.
 It is split, from the moments each side finishes an evaluation, into a steady cost per frame (from the first
 evaluation to the last, evaluations included) and a fixed cost (the rest: start-up, the time to the first
 evaluation beyond its frames' steady cost, teardown), so the ratio of the training loops themselves shows
@@ -24,6 +27,7 @@ Recipes (both sides):
 
     pip install 'rl_lightning[compare]'
     python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum] [--seeds 0 1 2] [--workdir DIR]
+        [--back-to-back]
 
 Writes ``benchmarks/results/sb3_compare.json``.
 """
@@ -109,20 +113,40 @@ def compile_project() -> None:
         compileall.compile_dir(Path(spec.origin).parent, quiet=1)
 
 
-def start_ours(task: str, seed: int, workdir: Path, frames: int) -> subprocess.Popen:
+def _one_core() -> None:
+    """Holds a back-to-back run's process (and every thread it starts) to the first allowed core."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = False) -> subprocess.Popen:
     cwd = workdir / f"ours_{task}_s{seed}"
     cwd.mkdir(parents=True, exist_ok=True)
     args = ["fit", f"+experiment={task}", f"seed={seed}", f"total_frames={frames}", "progress_bar=false"]
     args += ["device=cpu", *TASKS[task].get("same_recipe", [])]
     args += [f"eval.every_frames={TASKS[task]['eval_every']}", f"eval.episodes={EVAL_EPISODES}"]
     cmd = [sys.executable, "-m", "rl_lightning", *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_one_core if pin else None,
+    )
 
 
-def start_sb3(task: str, seed: int, frames: int) -> subprocess.Popen:
+def start_sb3(task: str, seed: int, frames: int, pin: bool = False) -> subprocess.Popen:
     script = str(Path(__file__).resolve())
     cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
-    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_one_core if pin else None,
+    )
 
 
 def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, float]]:
@@ -175,12 +199,21 @@ def figures(curve: list[tuple[int, float, float]], wall: float, frames: int, thr
     }
 
 
-def compare(task: str, seed: int, workdir: Path, frames: int | None) -> dict:
+def compare(task: str, seed: int, workdir: Path, frames: int | None, back_to_back: bool = False) -> dict:
     spec = TASKS[task]
     frames = frames or spec["frames"]
-    start = time.perf_counter()
-    ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames)
-    (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
+    if back_to_back:
+        runs: dict[str, tuple[dict, float]] = {}
+        for side in ("ours", "sb3") if seed % 2 == 0 else ("sb3", "ours"):
+            start = time.perf_counter()
+            proc = start_ours(task, seed, workdir, frames, pin=True) if side == "ours" else None
+            proc = proc or start_sb3(task, seed, frames, pin=True)
+            runs[side] = finish([proc], start)[0]
+        (summary, our_wall), (sb3, sb3_wall) = runs["ours"], runs["sb3"]
+    else:
+        start = time.perf_counter()
+        ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames)
+        (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
     mine = figures(
         our_curve(workdir, task, seed, summary["run_dir"]), our_wall, summary["frames"], spec["threshold"]
     )
@@ -201,6 +234,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_sb3")
     parser.add_argument("--frames", type=int, help="frames per run instead of the task's (smoke runs)")
+    parser.add_argument(
+        "--back-to-back", action="store_true", help="one run after the other, each held to one core"
+    )
     parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -212,7 +248,7 @@ def main() -> None:
     rows = []
     for task in args.tasks:
         for seed in args.seeds:
-            rows.append(compare(task, seed, args.workdir, args.frames))
+            rows.append(compare(task, seed, args.workdir, args.frames, args.back_to_back))
             print(json.dumps(rows[-1])[:400], flush=True)
     summary = {}
     for task in args.tasks:
@@ -227,11 +263,18 @@ def main() -> None:
                 for key in FIGURES
             },
         }
+    name = "sb3_compare" + ("_back_to_back" if args.back_to_back else "") + ("_smoke" if args.frames else "")
+    how = (
+        "one process after the other per task and seed (the first alternating with the seed), each held to "
+        "one core"
+        if args.back_to_back
+        else "both processes started at once per task and seed"
+    )
     print(
         write(
-            "sb3_compare" if args.frames is None else "sb3_compare_smoke",
+            name,
             {
-                "how": "both processes started at once per task and seed, one torch thread each, both "
+                "how": f"{how}, one torch thread each, both "
                 "packages byte-compiled as pip installs them; wall time of the whole process (imports, "
                 "evaluations and, for rl_lightning, checkpoints included); "
                 "steady_ms_per_frame: wall time per frame from the first evaluation to the last (evaluations "
