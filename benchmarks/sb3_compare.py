@@ -118,13 +118,7 @@ def _one_core() -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
-def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = False) -> subprocess.Popen:
-    cwd = workdir / f"ours_{task}_s{seed}"
-    cwd.mkdir(parents=True, exist_ok=True)
-    args = ["fit", f"+experiment={task}", f"seed={seed}", f"total_frames={frames}", "progress_bar=false"]
-    args += ["device=cpu", *TASKS[task].get("same_recipe", [])]
-    args += [f"eval.every_frames={TASKS[task]['eval_every']}", f"eval.episodes={EVAL_EPISODES}"]
-    cmd = [sys.executable, "-m", "rl_lightning", *args]
+def _start(cmd: list[str], pin: bool, cwd: Path | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -136,17 +130,19 @@ def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = Fal
     )
 
 
+def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = False) -> subprocess.Popen:
+    cwd = workdir / f"ours_{task}_s{seed}"
+    cwd.mkdir(parents=True, exist_ok=True)
+    args = ["fit", f"+experiment={task}", f"seed={seed}", f"total_frames={frames}", "progress_bar=false"]
+    args += ["device=cpu", *TASKS[task].get("same_recipe", [])]
+    args += [f"eval.every_frames={TASKS[task]['eval_every']}", f"eval.episodes={EVAL_EPISODES}"]
+    return _start([sys.executable, "-m", "rl_lightning", *args], pin, cwd)
+
+
 def start_sb3(task: str, seed: int, frames: int, pin: bool = False) -> subprocess.Popen:
     script = str(Path(__file__).resolve())
     cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
-    return subprocess.Popen(
-        cmd,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_one_core if pin else None,
-    )
+    return _start(cmd, pin)
 
 
 def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, float]]:
@@ -203,12 +199,14 @@ def compare(task: str, seed: int, workdir: Path, frames: int | None, back_to_bac
     spec = TASKS[task]
     frames = frames or spec["frames"]
     if back_to_back:
+        starters = {
+            "ours": lambda: start_ours(task, seed, workdir, frames, pin=True),
+            "sb3": lambda: start_sb3(task, seed, frames, pin=True),
+        }
         runs: dict[str, tuple[dict, float]] = {}
         for side in ("ours", "sb3") if seed % 2 == 0 else ("sb3", "ours"):
             start = time.perf_counter()
-            proc = start_ours(task, seed, workdir, frames, pin=True) if side == "ours" else None
-            proc = proc or start_sb3(task, seed, frames, pin=True)
-            runs[side] = finish([proc], start)[0]
+            runs[side] = finish([starters[side]()], start)[0]
         (summary, our_wall), (sb3, sb3_wall) = runs["ours"], runs["sb3"]
     else:
         start = time.perf_counter()
