@@ -88,3 +88,32 @@ def check_trajectories_across_resume(before_run, resumed_run, per_side: int) -> 
     assert new.numel() == per_side and int(new.min()) > int(before.max())
     for i in ids.unique():
         assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))
+
+
+class ReplayedRows:
+    """Records every row the data path's n-step stage hands the replay, with all its collected keys (the
+    replay keeps only the algorithm's ``sample_keys``). ``ReplayedRows(run.datamodule)`` before the fit;
+    :meth:`check_stored` afterwards compares them with what the replay holds and returns them."""
+
+    def __init__(self, dm) -> None:
+        self._dm, self._inner, self._rows = dm, dm.nstep, []
+        dm.nstep = self
+
+    def __call__(self, batch):
+        out = self._inner(batch)
+        self._rows.append(out.reshape(-1).clone())
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def check_stored(self):
+        """The replay holds these rows in order, each stored key with the value handed over; returns them."""
+        rows, replay = torch.cat(self._rows), self._dm.replay
+        stored = replay.storage[: len(replay)]
+        assert len(stored) == len(rows)
+        keys = set(stored.keys(True, True)) - {"index"}  # TorchRL's buffer writes each row's index
+        assert keys < set(rows.keys(True, True)) and ("next", "done") not in keys  # pruned
+        for key in keys:
+            assert torch.equal(stored[key], rows[key]), key
+        return rows

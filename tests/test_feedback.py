@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from cli_helpers import ReplayedRows
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
@@ -48,8 +49,9 @@ def short_fit(tmp_path: Path, *overrides: str):
     if recorder is not None:
         # After UpdateFeedback (callbacks run in list order; checkpoints run last).
         run.trainer.callbacks.insert(run.trainer.callbacks.index(_feedback(run.trainer)) + 1, recorder)
+    replayed = ReplayedRows(run.datamodule) if run.datamodule.nstep is not None else None
     run.trainer.fit(run.module, datamodule=run.datamodule)
-    return run, recorder
+    return run, recorder, replayed
 
 
 def _feedback(trainer: L.Trainer) -> UpdateFeedback:
@@ -57,7 +59,7 @@ def _feedback(trainer: L.Trainer) -> UpdateFeedback:
 
 
 def test_per_priorities_follow_the_td_errors_of_each_update(tmp_path: Path) -> None:
-    run, rec = short_fit(tmp_path, "replay.prioritized=true", "replay.alpha=0.7")
+    run, rec, _ = short_fit(tmp_path, "replay.prioritized=true", "replay.alpha=0.7")
     sampler = run.datamodule.replay.sampler
     index, value = rec.output["priority", "index"], rec.output["priority", "value"]
     assert index.shape == value.shape == (run.datamodule.replay_cfg.batch_size,)
@@ -71,8 +73,8 @@ def test_per_priorities_follow_the_td_errors_of_each_update(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("gamma", [0.9])
 def test_n_step_transitions_in_the_replay_match_hand_computed_returns(tmp_path: Path, gamma: float) -> None:
-    run, _ = short_fit(tmp_path, "replay.n_step=3", f"algo.gamma={gamma}")
-    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+    _, _, replayed = short_fit(tmp_path, "replay.n_step=3", f"algo.gamma={gamma}")
+    stored = replayed.check_stored()  # the replay keeps only the update's keys, unchanged
     steps = stored["steps_to_next_obs"].reshape(-1).float()
     reward = stored["next", "reward"].reshape(-1)
     assert steps.min() >= 1 and steps.max() == 3

@@ -8,13 +8,17 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
+from tensordict import TensorDict
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
-from rl_lightning.algos.base import ReplayRequirements, RLModule
+from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule
 from rl_lightning.cli import CONF_DIR, compose, experiments, main
 from rl_lightning.cli.run import build_run
+from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig, ReplayMismatchError, resolve_replay
+from rl_lightning.envs.factory import EnvConfig
 
 ALGO_FILES = sorted((CONF_DIR / "algo").glob("*.yaml"))
 #: Constructor arguments that come from the env, not from the config.
@@ -162,3 +166,35 @@ def test_requirements_refuse_inconsistent_declarations() -> None:
         ReplayRequirements(n_step=True)
     with pytest.raises(ValueError, match="sub-trajectory"):
         ReplayRequirements(slice_len=3, prioritized=True)
+    with pytest.raises(ValueError, match="sample_keys"):
+        ReplayRequirements(slice_len=3, sample_keys=TRANSITION_KEYS)
+
+
+def test_the_replay_stores_only_the_keys_the_update_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    overrides = ["logger=none", "device=cpu", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1"]
+    overrides += ["total_frames=300", "collect.warmup_frames=100"]
+    run = build_run(compose(["+experiment=dqn_cartpole", *overrides]))
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
+    assert len(stored) == 300
+    # Done flags, episode counters and the rest of what the collector writes are left out (TorchRL's buffer
+    # adds each row's index).
+    assert set(stored.keys(True, True)) == {*TRANSITION_KEYS, "index"}
+
+
+def test_a_sample_key_the_collected_data_lacks_stops_with_its_name() -> None:
+    needs = ReplayRequirements(sample_keys=(*TRANSITION_KEYS, ("next", "winner")))
+    dm = RLDataModule(EnvConfig(id="CartPole-v1"), ReplayConfig(device="cpu"), CollectConfig(), needs)
+    flag = torch.zeros(1, 2, 1, dtype=torch.bool)
+    batch = TensorDict(
+        {
+            "observation": torch.zeros(1, 2, 4),
+            "action": torch.zeros(1, 2, dtype=torch.long),
+            "next": {"observation": torch.zeros(1, 2, 4), "reward": torch.zeros(1, 2, 1), "terminated": flag},
+        },
+        batch_size=[1, 2],
+    )
+    batch["next", "done"] = flag
+    with pytest.raises(KeyError, match=r"sample_keys name \[\('next', 'winner'\)\]"):
+        dm.add_frames(batch)

@@ -8,7 +8,7 @@ import copy
 import lightning as L
 import pytest
 import torch
-from cli_helpers import SMOKE, mlflow_client, mlflow_runs, run_cli
+from cli_helpers import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
@@ -472,11 +472,12 @@ def test_n_step_and_per_through_the_real_replay_buffer(experiment: str, tmp_path
     recorder = LastOutput()
     feedback = next(cb for cb in run.trainer.callbacks if isinstance(cb, UpdateFeedback))
     run.trainer.callbacks.insert(run.trainer.callbacks.index(feedback) + 1, recorder)
+    replayed = ReplayedRows(run.datamodule)
     run.trainer.fit(run.module, datamodule=run.datamodule)
     dm = run.datamodule
     assert dm.nstep.gamma == gamma and run.module.replay_requirements().discount == gamma
     # n-step: windows of up to 3 steps; a shorter one ends its episode; CartPole's returns are exact.
-    stored = dm.replay.storage[: len(dm.replay)]
+    stored = replayed.check_stored()  # the replay keeps only the update's keys, unchanged
     steps = stored["steps_to_next_obs"].reshape(-1)
     assert steps.min() >= 1 and steps.max() == 3
     assert stored["next", "done"].reshape(-1)[steps < 3].all()

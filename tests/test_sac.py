@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from cli_helpers import SMOKE, mlflow_client, mlflow_runs, run_cli
+from cli_helpers import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
@@ -366,6 +366,7 @@ def fit_with_per_and_n_step(tmp_path: Path, experiment: str, gamma: float = 0.9)
     recorder = LastOutput()
     feedback = next(cb for cb in run.trainer.callbacks if isinstance(cb, UpdateFeedback))
     run.trainer.callbacks.insert(run.trainer.callbacks.index(feedback) + 1, recorder)
+    recorder.rows = ReplayedRows(run.datamodule)
     run.trainer.fit(run.module, datamodule=run.datamodule)
     return run, recorder
 
@@ -381,11 +382,11 @@ def check_per_and_n_step(run, recorder: LastOutput) -> None:
     torch.testing.assert_close(recorder.priorities_after[index[once]], (value[once] + sampler.eps) ** 0.7)
     n = len(dm.replay)
     assert recorder.priorities_after[:n].unique().numel() > 10  # feedback reached the buffer many times
-    stored = dm.replay.storage[:n]
-    steps = stored["steps_to_next_obs"].reshape(-1)
+    rows = recorder.rows.check_stored()  # the replay keeps only the update's keys, unchanged
+    steps = rows["steps_to_next_obs"].reshape(-1)
     assert steps.min() >= 1 and steps.max() == 3
     short = steps < 3  # a window shorter than 3 steps ends its episode
-    assert short.any() and stored["next", "done"].reshape(-1)[short].all()
+    assert short.any() and rows["next", "done"].reshape(-1)[short].all()
 
 
 @pytest.mark.parametrize("experiment", ["sac_pendulum", "sac_discrete_cartpole"])

@@ -45,6 +45,7 @@ from torchrl.data import TensorSpec
 
 __all__ = [
     "PRIORITY_KEY",
+    "TRANSITION_KEYS",
     "IncompatibleEnvError",
     "RLModule",
     "ReplayRequirements",
@@ -53,6 +54,15 @@ __all__ = [
 
 #: Key of the sub-TensorDict of ``update``'s output that carries new replay priorities.
 PRIORITY_KEY = "priority"
+
+#: What a one-step transition update reads from a replay sample: ``(s, a, r, s', terminated)``.
+TRANSITION_KEYS: tuple[str | tuple[str, str], ...] = (
+    "observation",
+    "action",
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "terminated"),
+)
 
 
 class IncompatibleEnvError(ValueError):
@@ -74,6 +84,12 @@ class ReplayRequirements:
             ``replay.prioritized`` is allowed.
         extra_keys: keys that ``act`` writes beside ``"action"`` and ``update`` reads back from the
             replay (for example the active option); the data module checks that collected data has them.
+        sample_keys: the keys of collected data that ``update`` reads from a sample (for example
+            :data:`TRANSITION_KEYS`). The replay then stores only these, ``extra_keys`` and what the data
+            path adds (n-step's ``steps_to_next_obs``): every other key (done flags, episode counters,
+            info entries) would be written at every frame and gathered at every sample for nothing.
+            ``None`` stores everything collected; sub-trajectory samples always do (the sampler reads the
+            trajectory ids).
     """
 
     slice_len: int | None = None
@@ -81,6 +97,7 @@ class ReplayRequirements:
     n_step: bool = False
     prioritized: bool = False
     extra_keys: tuple[str, ...] = ()
+    sample_keys: tuple[str | tuple[str, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.slice_len is not None and self.slice_len < 1:
@@ -91,6 +108,8 @@ class ReplayRequirements:
             raise ValueError(
                 "sub-trajectory sampling goes with neither n-step returns nor prioritized replay."
             )
+        if self.slice_len is not None and self.sample_keys is not None:
+            raise ValueError("sub-trajectory sampling stores every collected key: leave sample_keys unset.")
 
 
 def priority_feedback(

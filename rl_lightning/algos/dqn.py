@@ -24,7 +24,13 @@ from torch import nn
 from torchrl.data import Categorical, TensorSpec
 from torchrl.modules import MLP
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import (
+    TRANSITION_KEYS,
+    IncompatibleEnvError,
+    ReplayRequirements,
+    RLModule,
+    priority_feedback,
+)
 from rl_lightning.algos.common import (
     GreedyPolicy,
     LinearSchedule,
@@ -176,7 +182,9 @@ class DQN(RLModule):
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+        return ReplayRequirements(
+            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
+        )
 
     def epsilon(self) -> torch.Tensor:
         """The linear epsilon schedule at the frames last set (``set_frames``), on the module's device."""

@@ -41,7 +41,13 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import (
+    TRANSITION_KEYS,
+    IncompatibleEnvError,
+    ReplayRequirements,
+    RLModule,
+    priority_feedback,
+)
 from rl_lightning.algos.common import (
     ActionScaler,
     ScaledActorPolicy,
@@ -106,7 +112,9 @@ class SoftActorCritic(RLModule):
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+        return ReplayRequirements(
+            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
+        )
 
     @abstractmethod
     def _losses(self, batch: TensorDictBase) -> tuple[dict[str, Tensor], Tensor]:

@@ -26,7 +26,13 @@ from torchrl.data import Bounded, TensorSpec
 from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import (
+    TRANSITION_KEYS,
+    IncompatibleEnvError,
+    ReplayRequirements,
+    RLModule,
+    priority_feedback,
+)
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
@@ -126,7 +132,9 @@ class DeterministicActorCritic(RLModule):
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+        return ReplayRequirements(
+            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
+        )
 
     @without_grad
     def act(self, td: TensorDictBase) -> TensorDictBase:

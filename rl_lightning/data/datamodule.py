@@ -94,6 +94,14 @@ def _numpy_state_from_plain(state: tuple) -> tuple:
     return (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached)
 
 
+def _stored_keys(needs: ReplayRequirements, nstep: bool) -> tuple | None:
+    """The keys the replay stores (``None``: all): ``needs.sample_keys``, ``needs.extra_keys`` and n-step's
+    ``steps_to_next_obs``."""
+    if needs.sample_keys is None:
+        return None
+    return (*needs.sample_keys, *needs.extra_keys, *(("steps_to_next_obs",) if nstep else ()))
+
+
 class _Policy:
     """Calls ``module.act`` at call time, so callbacks that replace ``act`` are honoured."""
 
@@ -317,6 +325,8 @@ class RLDataModule(L.LightningDataModule):
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.replay = None
         self.nstep = NStepReturns(replay.n_step, requirements.discount) if replay.n_step > 1 else None
+        self._stored_keys = _stored_keys(requirements, self.nstep is not None)
+        self._keys_checked = False
         self._pending_episodes: list[tuple[float, int]] = []
         self.resume_replay_from: str | None = None
         self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
@@ -616,11 +626,26 @@ class RLDataModule(L.LightningDataModule):
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self._traj_offset)
         if self.nstep is not None:
             batch = self.nstep(batch)
+        if self._stored_keys is not None:
+            if not self._keys_checked:
+                self._check_sample_keys(batch)
+            # Extra keys are absent from random warm-up frames (no act wrote them): kept where present.
+            batch = batch.select(*self._stored_keys, strict=False)
         self.replay.extend(batch.reshape(-1))
         self.frames += done.numel() * self.world_size  # the ranks collect in lockstep
         module = self.trainer.lightning_module
         if hasattr(module, "set_frames"):
             module.set_frames(self.frames)
+
+    def _check_sample_keys(self, batch: TensorDictBase) -> None:
+        present = set(batch.keys(True))
+        missing = [k for k in self.requirements.sample_keys or () if k not in present]
+        if missing:
+            raise KeyError(
+                f"the algorithm's replay_requirements().sample_keys name {missing}, which the collected data "
+                "lacks; declare only keys the env or act writes (sample_keys=None stores everything)."
+            )
+        self._keys_checked = True
 
     def updates_due(self, new_frames: int) -> int:
         """How many updates the update-to-data ratio grants for ``new_frames`` new frames.

@@ -51,7 +51,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
-from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import (
     ActionScaler,
     PerEnvState,
@@ -180,7 +180,10 @@ class SACOptions(RLModule):
         bootstrap with the wrong option.
         """
         return ReplayRequirements(
-            discount=self.hparams.gamma, prioritized=True, extra_keys=(OPTION_KEY, OPTION_AGE_KEY)
+            discount=self.hparams.gamma,
+            prioritized=True,
+            extra_keys=(OPTION_KEY, OPTION_AGE_KEY),
+            sample_keys=TRANSITION_KEYS,
         )
 
     def export_policy(self) -> nn.Module:

@@ -29,7 +29,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
-from rl_lightning.algos.base import ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
@@ -147,7 +147,9 @@ class ACIQN(RLModule):
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(discount=self.hparams.gamma, n_step=True, prioritized=True)
+        return ReplayRequirements(
+            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
+        )
 
     def policy(self, observation: Tensor, target: bool = False) -> Tensor:
         """The deterministic action in ``[-1, 1]``, ``[B, A]``."""

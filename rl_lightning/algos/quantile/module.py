@@ -25,7 +25,13 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import (
+    TRANSITION_KEYS,
+    IncompatibleEnvError,
+    ReplayRequirements,
+    RLModule,
+    priority_feedback,
+)
 from rl_lightning.algos.common import (
     GreedyPolicy,
     LinearSchedule,
@@ -144,7 +150,9 @@ class DiscreteDistributional(RLModule):
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(discount=self._cfg["gamma"], n_step=True, prioritized=True)
+        return ReplayRequirements(
+            discount=self._cfg["gamma"], n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
+        )
 
     def epsilon(self) -> Tensor:
         """The linear epsilon schedule at the frames last set (``set_frames``), on the module's device."""
