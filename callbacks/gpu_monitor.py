@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import time
 from typing import Any
 
@@ -104,6 +105,10 @@ class GPUMonitor(Callback):
         self.samples += 1
         self.latest = metrics
         return metrics
+
+    def due_frames(self, trainer: pl.Trainer) -> float:
+        """Never due: samples are taken every ``interval_s`` at the batch ends that come."""
+        return math.inf
 
     @override
     def on_train_batch_end(

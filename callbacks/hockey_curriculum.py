@@ -252,6 +252,17 @@ class HockeyCurriculum(Callback):
         self._log(trainer, pl_module, pool=bool(self.pool))
         self._seen_eval = trainer.callback_metrics.get(self.current.metric)
 
+    def due_frames(self, trainer: pl.Trainer) -> float:
+        """The frame count at which the current stage's frame budget ends or the next self-play snapshot
+        is due; a stage that ends on a win rate ends at an evaluation's batch end, due on its own."""
+        due = math.inf
+        stage = self.current
+        if self.stage < len(self.stages) - 1 and stage.frames is not None:
+            due = (self.stage_start_frames or 0) + stage.frames
+        if stage.uses_self:
+            due = min(due, (self.last_snapshot_frames or 0) + self.snapshot_every_frames)
+        return due
+
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         self._update(trainer, pl_module)

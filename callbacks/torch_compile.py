@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -121,6 +122,10 @@ class TorchCompile(HotPathCallback):
 
         run.compiled = compiled  # type: ignore[attr-defined]
         return run
+
+    def due_frames(self, trainer: pl.Trainer) -> float:
+        """Never due: the compile time is logged at the first batch end after compiling."""
+        return math.inf
 
     @override
     def on_train_batch_end(

@@ -3,9 +3,12 @@ update-to-data ratio says, with no round more, whatever Lightning's fetcher take
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import lightning as L
 import pytest
+import torch
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
@@ -86,3 +89,42 @@ def test_a_stop_request_ends_the_fit_between_updates(tmp_path: Path, monkeypatch
     dm.stop_request = lambda: dm.updates >= stop_after
     run.trainer.fit(run.module, datamodule=dm)
     assert dm.updates == stop_after and dm.frames == 20 + stop_after - 1
+
+
+class BatchEnds(L.Callback):
+    """Records ``(frames, updates in the batch)`` at every batch end; ``declares``: with a ``due_frames``
+    that is never due (the stream may then group collections), else as an undeclared batch-end hook."""
+
+    def __init__(self, declares: bool) -> None:
+        self.ends: list[tuple[int, int]] = []
+        if declares:
+            self.due_frames = lambda trainer: math.inf
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.ends.append((trainer.datamodule.frames, outputs["updates"]))
+
+
+def grouped_fit(tmp_path: Path, monkeypatch, declares: bool, *overrides: str):
+    run = small_run(tmp_path, monkeypatch, *SAC_SMALL, *overrides)
+    ends = BatchEnds(declares)
+    run.trainer.callbacks.append(ends)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    weights = {k: v.clone() for k, v in run.module.state_dict().items()}
+    return ends.ends, weights, run
+
+
+def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: Path, monkeypatch) -> None:
+    args = ("total_frames=300", "eval.every_frames=150", "checkpoint.every_frames=100")
+    ends, grouped, run = grouped_fit(tmp_path / "grouped", monkeypatch, True, *args)
+    updates = [n for _, n in ends]
+    assert sum(updates) == run.datamodule.updates == 281 and max(updates) == MAX_UPDATES_PER_BATCH
+    # Every evaluation and checkpoint frame is a batch end, where those callbacks ran on time, and so is
+    # every 100th update (frame 19 + k holds update k), where the update feedback logs.
+    frames = [f for f, _ in ends]
+    assert {100, 119, 150, 200, 219, 300}.issubset(frames) and len(ends) < 14
+    evals = next(cb for cb in run.trainer.callbacks if hasattr(cb, "_done_frames"))
+    assert evals._done_frames == 300 and run.datamodule.owed_updates == 0
+    # An undeclared batch-end hook gets one collection per batch, with the same updates to the bit.
+    ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, False, *args)
+    assert ends == [(20 + i, 1) for i in range(281)] + [(300, 0)]  # the last batch finds the budget spent
+    assert all(torch.equal(grouped[k], alone[k]) for k in grouped)

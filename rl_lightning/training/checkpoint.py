@@ -146,6 +146,11 @@ class FrameCheckpoint(Checkpoint):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training = False
 
+    def due_frames(self, trainer: L.Trainer) -> float:
+        """The frame count of the next ``last.ckpt``; ``best.ckpt`` follows the evaluations, whose batch ends
+        are due on their own."""
+        return self.saved_frames + self.every_frames
+
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self._check_best(trainer)

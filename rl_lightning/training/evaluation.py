@@ -246,6 +246,10 @@ class EvalCallback(L.Callback):
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.log_artifact(logger.run_id, str(path), "videos")
 
+    def due_frames(self, trainer: L.Trainer) -> float:
+        """The frame count of the next periodic evaluation, which the batch that reaches it ends with."""
+        return self._done_frames + self.every_frames if self.every_frames else math.inf
+
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if self.every_frames and trainer.datamodule.frames - self._done_frames >= self.every_frames:

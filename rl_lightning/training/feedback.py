@@ -41,6 +41,10 @@ class UpdateFeedback(L.Callback):
         self.log_every_n_updates = log_every_n_updates
         self._since_log = 0
 
+    def due_updates(self, trainer: L.Trainer) -> float:
+        """The update count at which the next metrics are logged (at the end of the batch that reaches it)."""
+        return trainer.datamodule.updates - self._since_log + self.log_every_n_updates
+
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from typing import Any
@@ -120,6 +121,10 @@ class FramesProgressBar(ProgressBar):
             "frames", total=dm.collect.total_frames, completed=dm.frames, rate="- frames/s", post=""
         )
         self._samples.clear()
+
+    def due_frames(self, trainer: L.Trainer) -> float:
+        """Never due: the bar redraws at the batch ends that come, at most every ``refresh_every_s``."""
+        return math.inf
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
