@@ -11,6 +11,12 @@ A module opts in by exposing:
 - ``direct_optimizers`` (for ``DirectSteps``): ``None``, or optimizers the callback set for a fit, which the
   update steps (with a plain ``loss.backward()``) instead of Lightning's wrappers.
 
+A callback that acts at batch ends (``on_train_batch_start``/``on_train_batch_end``) says when it is next due
+with ``due_frames(trainer) -> float`` (a frame count) or ``due_updates(trainer) -> float`` (an update count),
+``math.inf`` when it counts time or batches whatever they hold: a data stream may then do several collections
+in one batch until one is due (``rl_lightning``'s experience stream does). Without either, it gets every batch
+end as the stream would make it alone.
+
 Replacing a method means shadowing it with an instance attribute. Several callbacks may wrap the same
 path (compile, then CUDA graph); every layer is recorded here so that restoring one layer also drops the
 layers stacked on top of it (they were built around it), whatever order Lightning calls the callbacks'
