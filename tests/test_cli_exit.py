@@ -11,11 +11,15 @@ from pathlib import Path
 import pytest
 
 #: Runs ``python -m rl_lightning ARGV`` as ``-m`` would, after setting up what a normal exit must finish: a
-#: non-daemon thread that writes only once the command has returned, an atexit handler, and output left in
-#: stdout's buffer.
+#: non-daemon thread that writes only once the command has returned, a thread pool with an idle worker
+#: (torch's compiler starts such pools; its workers end only when threading's exit callbacks wake them), an
+#: atexit handler, and output left in stdout's buffer.
 PROGRAM = """
 import atexit, runpy, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 import rl_lightning.cli as cli
+pool = ThreadPoolExecutor(1)
+pool.submit(int).result()
 out = sys.argv[1]
 main_returned = threading.Event()
 def late_writer():
@@ -49,7 +53,7 @@ def _run(tmp_path: Path, *argv: str, teardown: bool = False) -> tuple[subprocess
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=60,
         env=env,
     )
     return proc, out.read_text() if out.exists() else ""

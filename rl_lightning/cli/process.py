@@ -122,8 +122,10 @@ def end_import_pause() -> None:
 def exit_process(code: int) -> None:
     """Ends the command's process with ``code`` the way the interpreter would, less its teardown.
 
-    What a normal exit does that matters is done first, in the interpreter's own order: the threads that
-    are not daemons are joined, the ``atexit`` handlers run (multiprocessing's joins worker processes,
+    What a normal exit does that matters is done first, in the interpreter's own order: threading's
+    shutdown tells the idle workers of thread pools to end (``concurrent.futures``, which torch's compiler
+    uses, registers that with ``threading``, not ``atexit``) and joins the threads that are not daemons,
+    then the ``atexit`` handlers run (multiprocessing's joins worker processes,
     ``weakref.finalize`` removes temporary directories, logging flushes its files), and stdout and stderr
     are flushed. The teardown that would follow frees every module and object one by one, which takes
     1-2 s once torch, Lightning and MLflow are imported; ``os._exit`` skips it. The project writes its
@@ -132,10 +134,9 @@ def exit_process(code: int) -> None:
     """
     if os.environ.get("RL_LIGHTNING_TEARDOWN"):
         sys.exit(code)
-    main = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main and not thread.daemon:
-            thread.join()
+    # The interpreter's own first step at exit: joining the non-daemon threads alone would wait forever for
+    # a thread pool's idle workers, which end only when threading's exit callbacks wake them.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
