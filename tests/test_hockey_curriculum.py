@@ -465,6 +465,9 @@ def test_cli_run_through_the_curriculum_into_self_play(tmp_path: Path) -> None:
     assert [(int(i), name) for i, name, _ in switches] == [
         (1, "defence"), (2, "weak"), (3, "weak+strong"), (4, "self-play")
     ]  # fmt: skip
+    # Each stage ends at the first collection (16 frames) that completes its 100 frames: collections share a
+    # batch only until the curriculum is due, so the stage ends at that batch's end.
+    assert [int(frames) for *_, frames in switches] == [112, 224, 336, 448]
     (ckpt,) = tmp_path.glob("runs/debug/sac_hockey_curriculum/*/checkpoints/last.ckpt")
     state = torch.load(ckpt, weights_only=True)["callbacks"]["HockeyCurriculum"]
     assert state["stage"] == 4 and len(state["pool"]) >= 1
