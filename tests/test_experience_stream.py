@@ -13,6 +13,7 @@ import torch
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
 from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH
+from rl_lightning.training.evaluation import EvalCallback
 
 
 def small_run(tmp_path: Path, monkeypatch, *overrides: str) -> Run:
@@ -122,7 +123,7 @@ def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: P
     # every 100th update (frame 19 + k holds update k), where the update feedback logs.
     frames = [f for f, _ in ends]
     assert {100, 119, 150, 200, 219, 300}.issubset(frames) and len(ends) < 14
-    evals = next(cb for cb in run.trainer.callbacks if hasattr(cb, "_done_frames"))
+    evals = next(cb for cb in run.trainer.callbacks if isinstance(cb, EvalCallback))
     assert evals._done_frames == 300 and run.datamodule.owed_updates == 0
     # An undeclared batch-end hook gets one collection per batch, with the same updates to the bit.
     ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, False, *args)
