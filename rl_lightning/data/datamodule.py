@@ -245,10 +245,9 @@ class _CollectingRound(UpdateRound):
                 return  # a callback is due at this batch end, or the budget is spent
 
 
-_DueMethods = tuple[list[Callable[[L.Trainer], float]], list[Callable[[L.Trainer], float]]]
-
-
-def _batch_end_work(trainer: L.Trainer) -> tuple[_DueMethods, bool]:
+def _batch_end_work(
+    trainer: L.Trainer,
+) -> tuple[list[Callable[[L.Trainer], float]], list[Callable[[L.Trainer], float]], bool]:
     """The callbacks' ``due_frames`` and ``due_updates`` methods, and whether something acts at every batch
     end undeclared.
 
@@ -258,20 +257,22 @@ def _batch_end_work(trainer: L.Trainer) -> tuple[_DueMethods, bool]:
     ``on_train_batch_start`` or ``on_train_batch_end`` without either gets every batch end, as it would
     with one collection per item.
     """
-    hooks = ("on_train_batch_start", "on_train_batch_end")
-    frames: list[Callable[[L.Trainer], float]] = []
-    updates: list[Callable[[L.Trainer], float]] = []
-    undeclared = False
-    for cb in trainer.callbacks:
-        if hasattr(cb, "due_frames") or hasattr(cb, "due_updates"):
-            frames += [cb.due_frames] if hasattr(cb, "due_frames") else []
-            updates += [cb.due_updates] if hasattr(cb, "due_updates") else []
-        elif any(getattr(type(cb), h) is not getattr(L.Callback, h) for h in hooks):
-            undeclared = True
-    module = trainer.lightning_module
-    if any(getattr(type(module), h) is not getattr(L.LightningModule, h) for h in hooks):
-        undeclared = True
-    return (frames, updates), undeclared
+
+    def batch_hooks(obj: Any, base: type) -> bool:
+        return any(
+            getattr(type(obj), h) is not getattr(base, h)
+            for h in ("on_train_batch_start", "on_train_batch_end")
+        )
+
+    callbacks = trainer.callbacks
+    frames = [cb.due_frames for cb in callbacks if hasattr(cb, "due_frames")]
+    updates = [cb.due_updates for cb in callbacks if hasattr(cb, "due_updates")]
+    undeclared = batch_hooks(trainer.lightning_module, L.LightningModule) or any(
+        batch_hooks(cb, L.Callback)
+        for cb in callbacks
+        if not hasattr(cb, "due_frames") and not hasattr(cb, "due_updates")
+    )
+    return frames, updates, undeclared
 
 
 class ExperienceStream:
@@ -284,7 +285,7 @@ class ExperienceStream:
 
     def __iter__(self) -> Iterator[UpdateRound]:
         dm = self.dm
-        self._due, self._every_batch = _batch_end_work(dm.trainer)
+        self._due_frames, self._due_updates, self._every_batch = _batch_end_work(dm.trainer)
         dm.collector = dm.make_collector()
         self._batches = iter(dm.collector)
         try:
@@ -301,10 +302,9 @@ class ExperienceStream:
         dm = self.dm
         if self._every_batch:
             return dm.frames, dm.updates
-        frames, updates = self._due
         return (
-            min((due(dm.trainer) for due in frames), default=math.inf),
-            min((due(dm.trainer) for due in updates), default=math.inf),
+            min((due(dm.trainer) for due in self._due_frames), default=math.inf),
+            min((due(dm.trainer) for due in self._due_updates), default=math.inf),
         )
 
     def collect_until_owed(self) -> bool:
