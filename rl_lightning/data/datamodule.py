@@ -14,7 +14,7 @@ import random
 import shutil
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,12 @@ def _stored_keys(needs: ReplayRequirements, nstep: bool) -> tuple | None:
     if needs.sample_keys is None:
         return None
     return (*needs.sample_keys, *needs.extra_keys, *(("steps_to_next_obs",) if nstep else ()))
+
+
+def _missing_keys(batch: TensorDictBase, keys: Sequence[Any]) -> list[Any]:
+    """Those of ``keys`` (nested keys allowed) that ``batch`` lacks."""
+    present = set(batch.keys(True))
+    return [k for k in keys if k not in present]
 
 
 class _Policy:
@@ -669,7 +675,7 @@ class RLDataModule(L.LightningDataModule):
     def add_frames(self, batch: TensorDictBase) -> None:
         """Counts a collected batch ``[num_envs, T]``, records finished episodes and extends the buffer."""
         if self.requirements.extra_keys and self.frames >= self.collect.warmup_frames:
-            missing = [k for k in self.requirements.extra_keys if k not in batch.keys(True)]
+            missing = _missing_keys(batch, self.requirements.extra_keys)
             if missing:
                 raise KeyError(
                     f"the algorithm's act must write {missing} (declared in its replay requirements) "
@@ -699,8 +705,7 @@ class RLDataModule(L.LightningDataModule):
             module.set_frames(self.frames)
 
     def _check_sample_keys(self, batch: TensorDictBase) -> None:
-        present = set(batch.keys(True))
-        missing = [k for k in self.requirements.sample_keys or () if k not in present]
+        missing = _missing_keys(batch, self.requirements.sample_keys or ())
         if missing:
             raise KeyError(
                 f"the algorithm's replay_requirements().sample_keys name {missing}, which the collected data "
