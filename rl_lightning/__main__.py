@@ -3,9 +3,9 @@
 import sys
 
 if __name__ == "__main__":
-    from rl_lightning.cli.process import pause_gc_for_imports
+    from rl_lightning.cli.process import pause_gc_for_startup
 
-    pause_gc_for_imports()
+    pause_gc_for_startup()
     try:
         from rl_lightning.cli import main
         from rl_lightning.cli.process import exit_process

@@ -96,41 +96,59 @@ def test_help_and_config_errors_answer_without_loading_torch(tmp_path: Path, arg
     assert proc.stdout.strip().splitlines()[-1] == "torch loaded: False"
 
 
-#: Counts the collector's passes until the command's libraries are imported (``end_import_pause``), and
-#: reads the collector's state at exit.
+#: Counts the collector's passes until the command's start-up ends (``end_startup_pause``), says which
+#: libraries were loaded by then, and reads the collector's state at exit.
 GC_PROGRAM = """
 import atexit, gc, runpy, sys
 import rl_lightning.cli as cli
+import rl_lightning.cli.process as process
 passes = []
 gc.callbacks.append(lambda phase, info: phase == "stop" and passes.append(info["generation"]))
-real_end = cli.end_import_pause
-def end_import_pause():
-    if "imported" not in passes:
-        print("passes while importing:", len(passes), "torch loaded:", "torch" in sys.modules)
-        passes.append("imported")
+real_end = process.end_startup_pause
+def end_startup_pause():
+    if "started" not in passes:
+        loaded = [m for m in ("torch", "mlflow", "sqlalchemy") if m in sys.modules]
+        print("passes while starting up:", len(passes), "loaded:", *loaded)
+        passes.append("started")
     real_end()
-cli.end_import_pause = end_import_pause
+cli.end_startup_pause = process.end_startup_pause = end_startup_pause  # fit imports it from process later
 atexit.register(lambda: print("at exit: enabled", gc.isenabled(), "frozen", gc.get_freeze_count()))
 sys.argv = ["rl_lightning", *sys.argv[1:]]
 runpy.run_module("rl_lightning", run_name="__main__", alter_sys=True)
 """
 
 
-def test_the_cli_imports_without_collector_passes_and_freezes_what_it_imported(tmp_path: Path) -> None:
-    # A command that imports torch and Lightning (evaluate), then stops with a user error.
+def _gc_program(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess, str, int]:
+    """Runs ``python -m rl_lightning *argv`` under ``GC_PROGRAM``: the process, its start-up line and the
+    number of objects frozen at exit (after checking that the collector was on again)."""
     proc = subprocess.run(
-        [sys.executable, "-c", GC_PROGRAM, "evaluate", f"ckpt={tmp_path / 'none.ckpt'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", GC_PROGRAM, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
-    assert proc.returncode == 2, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == "passes while importing: 0 torch loaded: True"
     enabled, frozen = lines[-1].removeprefix("at exit: enabled ").split(" frozen ")
     assert enabled == "True"
-    assert int(frozen) > 100_000  # torch, Lightning and TorchRL's modules, classes and functions
+    started = [line for line in lines if line.startswith("passes while starting up:")]
+    assert len(started) == 1, proc.stdout
+    return proc, started[0], int(frozen)
+
+
+def test_the_cli_imports_without_collector_passes_and_freezes_what_it_imported(tmp_path: Path) -> None:
+    # A command that imports torch and Lightning (evaluate), then stops with a user error.
+    proc, started, frozen = _gc_program(tmp_path, "evaluate", f"ckpt={tmp_path / 'none.ckpt'}")
+    assert proc.returncode == 2, proc.stderr
+    assert started == "passes while starting up: 0 loaded: torch"
+    assert frozen > 100_000  # torch, Lightning and TorchRL's modules, classes and functions
+
+
+def test_fit_starts_up_without_collector_passes_until_its_run_is_built(tmp_path: Path) -> None:
+    # The run's MLflow logger (the default) opens its SQLite store while building the run: MLflow and
+    # SQLAlchemy are imported then, and frozen with the rest when training starts.
+    proc, started, frozen = _gc_program(
+        tmp_path, "fit", "+experiment=dqn_cartpole", "total_frames=200", "progress_bar=false", "device=cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert started == "passes while starting up: 0 loaded: torch mlflow sqlalchemy"
+    assert frozen > 100_000
 
 
 def test_main_in_process_leaves_the_collector_as_it_was(tmp_path: Path, monkeypatch) -> None:

@@ -19,9 +19,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.config import CONF_DIR, CliError, compose, experiments
-from rl_lightning.cli.process import end_import_pause, quiet_libraries
+from rl_lightning.cli.process import end_startup_pause, quiet_libraries
 
 __all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
+
+#: Commands whose start-up goes on after their imports: they end the collector's start-up pause themselves
+#: once their run is built (``end_startup_pause``).
+BUILDS_BEFORE_RUNNING = frozenset({"fit"})
 
 #: Command name -> (module, function, help line). Modules are imported on use: ``--help`` stays fast.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -144,14 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if multirun:
             from rl_lightning.cli.sweep import multirun as sweep
 
-            end_import_pause()
+            end_startup_pause()
             return sweep(overrides)
         cfg = compose(overrides)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg))
             return 0
         run_command = _command(command)  # imports the command's libraries
-        end_import_pause()
+        if command not in BUILDS_BEFORE_RUNNING:
+            end_startup_pause()
         run_command(cfg)
         return 0
     except CliError as e:
@@ -168,5 +173,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         raise
     finally:
-        end_import_pause()  # after an early return or an error, the collector is back on all the same
+        end_startup_pause()  # after an early return or an error, the collector is back on all the same
         restore_logging()

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.errors import USER_ERRORS
+from rl_lightning.cli.process import end_startup_pause
 from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
 from rl_lightning.data.replay import resolve_device
 
@@ -166,6 +167,7 @@ def fit(cfg: DictConfig) -> Run:
     if ranks > 1:
         # The ranks Lightning launches compose the config again (a new ${now}): they take this run directory.
         os.environ[RUN_DIR_ENV] = str(run.run_dir)
+    end_startup_pause()  # the run is built: what it is made of lives until the process ends
     start = time.perf_counter()
     try:
         run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
