@@ -18,6 +18,7 @@ from rl_lightning.algos.common import (
     polyak_update,
     without_grad,
 )
+from rl_lightning.nn.actor_critic import mlp_head
 
 
 def test_action_scaler_maps_the_unit_box_onto_the_bounds_and_back() -> None:
@@ -133,3 +134,28 @@ def test_without_grad_records_no_graph_and_restores_the_grad_mode() -> None:
         act(torch.ones(3))
         assert not torch.is_grad_enabled()
     assert seen == [False, False] and act.__name__ == "act"
+
+
+def test_mlp_head_gives_the_values_and_gradients_of_its_layers_called_one_by_one() -> None:
+    torch.manual_seed(0)
+    net = mlp_head(5, 3, (16, 8))
+    assert [name for name, _ in net.named_parameters()] == [
+        f"{i}.{p}" for i in (0, 2, 4) for p in ("weight", "bias")
+    ]
+    x = torch.randn(7, 5)
+    fast = net(x)
+    fast.square().sum().backward()
+    fast_grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    slow = nn.Sequential.forward(net, x)  # each layer's own module call
+    slow.square().sum().backward()
+    assert torch.equal(fast, slow)
+    assert all(torch.equal(a, p.grad) for a, p in zip(fast_grads, net.parameters(), strict=True))
+    # The MLP's own hooks run; the forward reads the layers' current parameters.
+    seen = []
+    net.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        net[4].bias.add_(1.0)
+        moved = net(x)
+        assert not torch.equal(moved, slow) and torch.equal(moved, nn.Sequential.forward(net, x))
+    assert seen == [torch.Size([7, 3])]

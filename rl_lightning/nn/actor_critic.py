@@ -22,6 +22,7 @@ __all__ = [
     "EnsembleQNet",
     "GaussianActorNet",
     "QNet",
+    "ReLUMLP",
     "TanhMean",
     "mlp_head",
     "tanh_normal_rsample",
@@ -32,18 +33,34 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
-def mlp_head(in_features: int, out_features: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
+class ReLUMLP(nn.Sequential):
+    """The ``nn.Sequential`` of :func:`mlp_head`: ``Linear`` layers with ``ReLU`` between, evaluated as one
+    module.
+
+    Its forward calls ``F.linear`` and ``torch.relu`` on the layers' parameters directly, without a
+    module call per layer: a module call is a few microseconds of Python, as much as a linear layer of
+    one observation on a CPU (acting with a ``[256, 256]`` CartPole Q-network 28.9 -> 17.0 us). The same
+    ops in the same order: the same values and gradients. The layers' own forward hooks are therefore not
+    called; the MLP's are (hook the MLP itself).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self._modules.values():
+            x = torch.relu(x) if type(layer) is nn.ReLU else F.linear(x, layer.weight, layer.bias)
+        return x
+
+
+def mlp_head(in_features: int, out_features: int, hidden_sizes: Sequence[int]) -> ReLUMLP:
     """A ReLU MLP ``[..., in_features] -> [..., out_features]`` with a linear last layer.
 
-    A plain ``nn.Sequential`` with the layers, the initialisation and the parameter names of TorchRL's ``MLP``
-    (``0.weight``, ``2.weight``, ...), without its per-call input handling: a few microseconds of every
-    acting step.
+    The layers, the initialisation and the parameter names of TorchRL's ``MLP`` (``0.weight``,
+    ``2.weight``, ...), without its per-call input handling: a :class:`ReLUMLP`.
     """
     layers: list[nn.Module] = []
     for width in hidden_sizes:
         layers += [nn.Linear(in_features, width), nn.ReLU()]
         in_features = width
-    return nn.Sequential(*layers, nn.Linear(in_features, out_features))
+    return ReLUMLP(*layers, nn.Linear(in_features, out_features))
 
 
 class GaussianActorNet(nn.Module):
