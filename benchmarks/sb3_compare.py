@@ -17,11 +17,13 @@ Recipes (both sides):
 
 - ``dqn_cartpole``: 50k frames, lr 2.3e-3, batch 64, buffer 100k, 1000 random frames, gamma 0.99, 128 updates
   every 256 frames, epsilon 1 -> 0.04 over 8k frames (zoo: ``exploration_fraction`` 0.16 of 50k), [256, 256]
-  ReLU nets, and one hard target copy per round of 128 updates. Stable-Baselines3's
-  ``target_update_interval=10`` counts environment steps: it copies during collection, so its target stays
-  fixed through each round of updates. The project's side therefore runs with ``algo.hard_update_every=128``
-  (a copy every 128 updates, 12 updates before the end of each round) instead of the experiment's
-  every-10-updates copy, which reaches higher final evaluations on its own (``dqn_cartpole.json``).
+  ReLU nets, the Huber (smooth L1) TD loss, gradients clipped to norm 10, and one hard target copy per round
+  of 128 updates. Stable-Baselines3's DQN always trains on the Huber loss, so the project's side runs with
+  ``algo.loss=smooth_l1`` (the experiment's is the squared error). Its ``target_update_interval=10`` counts
+  environment steps: it copies during collection, so its target stays fixed through each round of updates.
+  The project's side therefore runs with ``algo.hard_update_every=128`` (a copy every 128 updates, 12 updates
+  before the end of each round) instead of the experiment's every-10-updates copy, which reaches higher final
+  evaluations on its own (``dqn_cartpole.json``).
 - ``sac_pendulum``: 20k frames, lr 1e-3, batch 256, buffer 1M, 100 random frames, one update per frame,
   tau 0.005, gamma 0.99, automatic entropy, [256, 256] nets.
 
@@ -53,7 +55,8 @@ TASKS = {
         "frames": 50_000,
         "eval_every": 5_000,
         "threshold": 475.0,
-        "same_recipe": ["algo.hard_update_every=128"],  # Stable-Baselines3's target copy: once per round
+        # Stable-Baselines3's loss (Huber) and target copy (once per round of updates)
+        "same_recipe": ["algo.loss=smooth_l1", "algo.hard_update_every=128"],
     },
     "sac_pendulum": {"frames": 20_000, "eval_every": 1_000, "threshold": -200.0},
 }
