@@ -125,6 +125,7 @@ def _gc_program(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess
         [sys.executable, "-c", GC_PROGRAM, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     lines = proc.stdout.strip().splitlines()
+    assert lines and lines[-1].startswith("at exit: enabled "), proc.stderr
     enabled, frozen = lines[-1].removeprefix("at exit: enabled ").split(" frozen ")
     assert enabled == "True"
     started = [line for line in lines if line.startswith("passes while starting up:")]

@@ -39,9 +39,9 @@ class ReLUMLP(nn.Sequential):
 
     Its forward calls ``F.linear`` and ``torch.relu`` on the layers' parameters directly, without a
     module call per layer: a module call is a few microseconds of Python, as much as a linear layer of
-    one observation on a CPU (acting with a ``[256, 256]`` CartPole Q-network 28.9 -> 17.0 us). The same
-    ops in the same order: the same values and gradients. The layers' own forward hooks are therefore not
-    called; the MLP's are (hook the MLP itself).
+    one observation on a CPU (DQN's CartPole ``act`` with a ``[256, 256]`` Q-network 53.8 -> 46.5 us). The
+    same ops in the same order: the same values and gradients. The layers' own forward hooks are therefore
+    not called; the MLP's are (hook the MLP itself).
     """
 
     def forward(self, x: Tensor) -> Tensor:
