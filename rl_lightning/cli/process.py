@@ -113,9 +113,9 @@ def end_startup_pause() -> None:
     """Ends :func:`pause_gc_for_startup`: what the start-up made is moved out of the collector's reach
     (``gc.freeze``), so that later full passes do not walk it again, and collection resumes for everything
     made from now on. Ended after the imports only, a CartPole DQN fit's passes still walked the 235k
-    objects that building its run made (MLflow and SQLAlchemy's modules above all): 1.1 s of full passes
-    during training, none once the run is frozen with them. Does nothing when the collector was not
-    paused, or was already resumed."""
+    objects that building its run made (MLflow and SQLAlchemy's modules above all): 0.9 s of full passes
+    during a 50k-frame run, 0.02 s once the run is frozen with them. Does nothing when the collector was
+    not paused, or was already resumed."""
     global _gc_paused
     if _gc_paused:
         gc.freeze()
