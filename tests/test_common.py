@@ -159,3 +159,7 @@ def test_mlp_head_gives_the_values_and_gradients_of_its_layers_called_one_by_one
         moved = net(x)
         assert not torch.equal(moved, slow) and torch.equal(moved, nn.Sequential.forward(net, x))
     assert seen == [torch.Size([7, 3])]
+    # Layers of other types, added later, are called as modules.
+    net.append(nn.Tanh())
+    with torch.no_grad():
+        assert torch.equal(net(x), torch.tanh(moved))

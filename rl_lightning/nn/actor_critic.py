@@ -41,12 +41,18 @@ class ReLUMLP(nn.Sequential):
     module call per layer: a module call is a few microseconds of Python, as much as a linear layer of
     one observation on a CPU (DQN's CartPole ``act`` with a ``[256, 256]`` Q-network 53.8 -> 46.5 us). The
     same ops in the same order: the same values and gradients. The layers' own forward hooks are therefore
-    not called; the MLP's are (hook the MLP itself).
+    not called; the MLP's are (hook the MLP itself). A layer of any other type (added or swapped in later)
+    is called as a module.
     """
 
     def forward(self, x: Tensor) -> Tensor:
         for layer in self._modules.values():
-            x = torch.relu(x) if type(layer) is nn.ReLU else F.linear(x, layer.weight, layer.bias)
+            if type(layer) is nn.Linear:
+                x = F.linear(x, layer.weight, layer.bias)
+            elif type(layer) is nn.ReLU:
+                x = torch.relu(x)
+            else:
+                x = layer(x)
         return x
 
 
