@@ -240,13 +240,12 @@ def main() -> None:
     )
     parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for task in args.tasks if args.frames and not args.worker else ():
-        least = 2 * TASKS[task]["eval_every"]  # two evaluations at least
-        if args.frames < least:
-            parser.error(
-                f"--frames {args.frames} is less than two evaluation periods of {task}; use --frames {least} "
-                "or more (the steady cost per frame is measured between two evaluations)."
-            )
+    least = max(2 * TASKS[task]["eval_every"] for task in args.tasks)  # two evaluations of each task
+    if args.frames and not args.worker and args.frames < least:
+        parser.error(
+            f"--frames {args.frames} is less than two evaluation periods of {' and '.join(args.tasks)}; use "
+            f"--frames {least} or more (the steady cost per frame is measured between two evaluations)."
+        )
     if args.worker:
         print(json.dumps(sb3_worker(args.worker, args.seeds[0], args.frames or TASKS[args.worker]["frames"])))
         return
