@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import mlflow
 import torch
+
+if TYPE_CHECKING:  # imported where used: the GPU image has no MLflow, and gpu tests import this module
+    import mlflow
 
 #: Overrides that make any experiment a smoke run of a few hundred frames.
 SMOKE = ("progress_bar=false", "eval.episodes=2", "eval.every_frames=0")
@@ -55,12 +58,16 @@ def interrupt_cli(
 
 def mlflow_runs(cwd: Path) -> list:
     """Every run in the SQLite store that the CLI writes by default in ``cwd``."""
+    import mlflow
+
     client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
     exp = client.get_experiment_by_name("rl_lightning")
     return [] if exp is None else client.search_runs([exp.experiment_id])
 
 
 def mlflow_client(cwd: Path) -> mlflow.MlflowClient:
+    import mlflow
+
     return mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
 
 

@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from rl_lightning.training.mlflow_logger import MAX_METRICS_PER_BATCH, BufferedMLFlowLogger
+
+MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 
 
 def _logger(tmp_path: Path, flush_every_s: float) -> tuple[BufferedMLFlowLogger, list[int]]:

@@ -6,10 +6,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 import rl_lightning.training.mlflow_store as store
 from rl_lightning.training.mlflow_logger import BufferedMLFlowLogger
+
+MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 
 
 @pytest.fixture(autouse=True)

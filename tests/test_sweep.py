@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import mlflow
 import pytest
 import yaml
 
 from rl_lightning.cli import main
+
+mlflow = pytest.importorskip("mlflow")
 
 QUICK = [
     "+experiment=dqn_cartpole", "device=cpu", "progress_bar=false", "total_frames=300",
