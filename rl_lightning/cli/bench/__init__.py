@@ -72,6 +72,10 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     nodes = {v: callbacks_node(cfg, None if v == "baseline" else v) for v in names if v not in skipped}
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in nodes}
     repeats = int(cfg.bench.repeats)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    paths = [run_dir / "bench_results.json"]
+    if cfg.bench.out:
+        paths.append(Path(cfg.bench.out).resolve())
     for i in range(repeats):
         for variant, callbacks in nodes.items():
             print(f"bench {cfg.name}: {variant} (round {i + 1}/{repeats})", flush=True)
@@ -79,36 +83,55 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
             status = runs[variant][-1]["status"]
             if variant == "baseline" and status != "ok":
                 raise RuntimeError(f"bench: the baseline run failed, nothing to compare with: {status}")
+            # The rows so far, after every run: a bench stopped from outside keeps what it measured.
+            _write(_results(cfg, device, names, skipped, nodes, runs, complete=False), paths)
+    results = _results(cfg, device, names, skipped, nodes, runs, complete=True)
+    _write(results, paths)
+    print_table(results)
+    print(f"results: {', '.join(str(p) for p in paths)}")
+    log_mlflow(cfg, results, run_dir, paths[0])
+    return results
+
+
+def _results(
+    cfg: DictConfig,
+    device: Any,
+    names: list[str],
+    skipped: set[str],
+    nodes: dict[str, dict[str, Any]],
+    runs: dict[str, list[dict[str, Any]]],
+    complete: bool,
+) -> dict[str, Any]:
+    """The results JSON; ``complete`` is false while rounds remain (a variant not run yet says so)."""
     rows: list[dict[str, Any]] = []
     for variant in names:
         if variant in skipped:
             rows.append({"variant": variant, "status": "n/a (no CUDA)"})
+        elif not runs[variant]:
+            rows.append({"variant": variant, "status": "not run yet"})
         else:
             rows.append(
                 {"variant": variant, "callbacks": sorted(nodes[variant]), **best_of_rounds(runs[variant])}
             )
     add_ratios(rows)
-    base_fps = [r["env_fps"] for r in runs["baseline"]]
-    results = {
+    base_fps = [r["env_fps"] for r in runs["baseline"] if r.get("env_fps") is not None]
+    repeats = int(cfg.bench.repeats)
+    return {
         "experiment": cfg.name,
         "frames": int(cfg.bench.frames),
         "device": str(device),
         "seed": int(cfg.seed),
         "repeats": repeats,
+        "complete": complete,
         "torch_threads": cfg.get("torch_threads"),
-        "baseline_spread": (max(base_fps) - min(base_fps)) / max(base_fps) if repeats > 1 else None,
+        "baseline_spread": (max(base_fps) - min(base_fps)) / max(base_fps) if len(base_fps) > 1 else None,
         "method": "rl_lightning.cli.bench: a process per variant, steady-state window, best of rounds",
         "machine": machine_info(),
         "variants": rows,
     }
-    run_dir.mkdir(parents=True, exist_ok=True)
-    paths = [run_dir / "bench_results.json"]
-    if cfg.bench.out:
-        paths.append(Path(cfg.bench.out).resolve())
+
+
+def _write(results: dict[str, Any], paths: list[Path]) -> None:
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
-    print(f"results: {', '.join(str(p) for p in paths)}")
-    log_mlflow(cfg, results, run_dir, paths[0])
-    return results
