@@ -1,6 +1,7 @@
 """The GPU suite: one command that checks and measures everything that needs CUDA, into one JSON.
 
-    bash benchmarks/gpu_suite.sh [--out PATH] [--skip-tests] [--cpu]
+    bash benchmarks/gpu_suite.sh [--out PATH] [--skip-tests] [--cpu] [--budget S] [--algos A,B]
+                                 [--variants V,W] [--override KEY=VALUE ...]
 
 Steps, each a subprocess with its own time limit:
 
@@ -19,6 +20,12 @@ failed, a bench run failed, or a step ran out of time. Without CUDA (or with ``-
 steps on the CPU, sized down (small budgets, the CPU-sized TD-MPC2 experiment, the variants that do
 something on a CPU), so the command stays tested where no GPU is lent; the GPU figures then read
 ``n/a (no CUDA)``.
+
+A GPU is lent for minutes, so the suite fits a lease: ``--budget S`` caps the whole suite (each step gets
+what is left of it; a step with no time left is reported as not run), ``--algos`` and ``--variants`` pick
+the benches and their variants, ``--override`` adds a Hydra override to each bench (e.g. a shorter
+warm-up), and the JSON is rewritten after every step, and a bench's rows after
+every variant, so a suite stopped from outside keeps what it measured.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,21 +83,28 @@ GOALS = {
 }
 
 
-def run_step(name: str, cmd: list[str], timeout_s: int, env: dict[str, str]) -> dict[str, Any]:
-    """Runs ``cmd`` from the project root; its status, seconds and the tail of its output."""
+def run_step(name: str, cmd: list[str], timeout_s: float, env: dict[str, str], log: Path) -> dict[str, Any]:
+    """Runs ``cmd`` from the project root; its status, seconds and the tail of its output (all in ``log``)."""
     print(f"[gpu_suite] {name}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
+    # A session of its own, so that a step out of time ends with its children (a bench's variant runs).
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+        output, _ = proc.communicate(timeout=timeout_s)
         status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-        tail = (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as exc:
-        status = f"timed out after {timeout_s} s"
-        tail = ((exc.stdout or b"") + (exc.stderr or b""))[-3000:]
-        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        status = f"timed out after {timeout_s:.0f} s"
+    log.write_text(output)
+    tail = output[-3000:]
     seconds = time.perf_counter() - start
     print(f"[gpu_suite] {name}: {status} in {seconds:.0f} s", flush=True)
-    return {"command": " ".join(cmd), "status": status, "seconds": round(seconds, 1), "output_tail": tail}
+    return {"command": " ".join(cmd), "status": status, "seconds": round(seconds, 1), "log": str(log),
+            "output_tail": tail}  # fmt: skip
 
 
 def pytest_counts(tail: str) -> dict[str, int]:
@@ -108,7 +123,7 @@ def variant_figures(bench: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str, Any]:
     """The figures of step 3, with their goals, from the benches' variants."""
-    na = "n/a (no CUDA)"
+    na = "n/a (no CUDA)" if not cuda else "not measured"
     figures: dict[str, Any] = {}
     tdmpc2 = variant_figures(benches.get("tdmpc2", {}))
     sac = variant_figures(benches.get("sac", {}))
@@ -124,6 +139,8 @@ def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str,
         "cuda_graphed": get(tdmpc2, "cuda_graphs", "act_ms") if cuda else na,
         "compiled_and_graphed": get(tdmpc2, "fast", "act_ms") if cuda else na,
     }
+    cuda_graphed = get(tdmpc2, "cuda_graphs", "act_ms") if cuda else None
+    figures["tdmpc2_plan_cuda_graphs_speedup"] = eager / cuda_graphed if eager and cuda_graphed else na
     graphed = get(tdmpc2, "fast", "act_ms") if cuda else None
     figures["tdmpc2_plan_graphed_speedup"] = eager / graphed if eager and graphed else na
     figures["tdmpc2_plan_graphed_ms"] = graphed if graphed else na
@@ -151,68 +168,107 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="run the CPU-sized suite even with CUDA")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest -m gpu")
     parser.add_argument("--timeout", type=int, default=240, help="seconds per step")
+    parser.add_argument("--budget", type=float, default=None, help="seconds for the whole suite")
+    parser.add_argument("--algos", default=",".join(BENCHES), help="benches to run, in order (comma list)")
+    parser.add_argument("--variants", default=None, help="bench variants (comma list) instead of the default")
+    parser.add_argument(
+        "--override", action="append", default=[], help="a Hydra override for every bench (repeatable)"
+    )
     args = parser.parse_args()
+    algos = [a for a in args.algos.split(",") if a]
+    unknown = sorted(set(algos) - set(BENCHES))
+    if unknown:
+        parser.exit(2, f"gpu_suite: unknown --algos {unknown}; choose from {sorted(BENCHES)}.\n")
 
     cuda = torch.cuda.is_available() and not args.cpu
     device = "cuda" if cuda else "cpu"
     device_name = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA)"
     slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_") if cuda else "cpu"
     out = args.out or RESULTS / f"gpu_suite_{slug}.json"
+    variants = GPU_VARIANTS if cuda else CPU_VARIANTS
+    if args.variants:
+        variants = f"bench.variants=[{args.variants}]"
     workdir = ROOT / "runs" / "gpu_suite"
     workdir.mkdir(parents=True, exist_ok=True)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     suite_start = time.perf_counter()
 
+    def left(limit: float) -> float:
+        """A step's time limit: its own, or what is left of ``--budget``."""
+        if args.budget is None:
+            return limit
+        return min(limit, args.budget - (time.perf_counter() - suite_start))
+
     steps: dict[str, Any] = {}
     failed: list[str] = []
+    benches: dict[str, dict[str, Any]] = {}
+
+    def write() -> None:
+        """The JSON as it stands: rewritten after every step."""
+        result = {
+            "benchmark": "gpu_suite",
+            "command": "bash benchmarks/gpu_suite.sh " + " ".join(sys.argv[1:]),
+            "device": device,
+            "device_name": device_name,
+            "cuda": cuda,
+            "torch": torch.__version__,
+            "machine": machine(),
+            "seconds": round(time.perf_counter() - suite_start, 1),
+            "figures": tracked_figures(benches, cuda),
+            "failed": failed,
+            "steps": steps,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(relative_paths(result), indent=2) + "\n")
+
     if not args.skip_tests:
         pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
-        step = run_step("pytest -m gpu", pytest, args.timeout * 2, env)
-        step["counts"] = pytest_counts(step["output_tail"])
+        if left(args.timeout * 2) > 0:
+            step = run_step("pytest -m gpu", pytest, left(args.timeout * 2), env, workdir / "pytest_gpu.log")
+            step["counts"] = pytest_counts(step["output_tail"])
+        else:
+            step = {"command": " ".join(pytest), "status": "not run: --budget spent", "counts": {}}
         # Without CUDA every test is skipped (pytest exits 5 when it selects none, 0 when all skip).
         if cuda and (step["status"] != "ok" or step["counts"].get("failed") or step["counts"].get("errors")):
             failed.append("pytest -m gpu")
         steps["pytest_gpu"] = step
+        write()
 
-    benches: dict[str, dict[str, Any]] = {}
-    for algo, (gpu_args, cpu_args) in BENCHES.items():
+    for algo in algos:
+        gpu_args, cpu_args = BENCHES[algo]
         bench_out = workdir / f"bench_{algo}_{device}.json"
         bench_out.unlink(missing_ok=True)
         cmd = [
-            sys.executable, "-m", "rl_lightning", "bench", GPU_VARIANTS if cuda else CPU_VARIANTS,
+            sys.executable, "-m", "rl_lightning", "bench", variants,
             *(gpu_args if cuda else cpu_args), f"device={device}", "logger=none", "progress_bar=false",
-            "bench.repeats=1", f"bench.out={bench_out}", f"bench.timeout_s={args.timeout}",
-            f"run_dir={workdir / algo}",
+            "bench.repeats=1", f"bench.out={bench_out}", f"bench.timeout_s={max(1, int(left(args.timeout)))}",
+            f"run_dir={workdir / algo}", *args.override,
         ]  # fmt: skip
-        step = run_step(f"bench {algo}", cmd, args.timeout * 9, env)
+        if left(args.timeout * 9) <= 0:
+            steps[f"bench_{algo}"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
+            failed.append(f"bench {algo}: not run within --budget")
+            write()
+            continue
+        step = run_step(f"bench {algo}", cmd, left(args.timeout * 9), env, workdir / f"bench_{algo}.log")
         if bench_out.exists():
             benches[algo] = json.loads(bench_out.read_text())
+            step["complete"] = benches[algo].get("complete", True)
             step["variants"] = variant_figures(benches[algo])
             rows = step["variants"].items()
-            bad = [v for v, row in rows if str(row.get("status", "ok")).startswith(("fail", "timed"))]
+            not_ok = ("fail", "timed", "not run")
+            bad = [v for v, row in rows if str(row.get("status", "ok")).startswith(not_ok)]
             if bad or step["status"] != "ok":
                 failed.append(f"bench {algo}: {', '.join(bad) or step['status']}")
         else:
             failed.append(f"bench {algo}: {step['status']}, no results")
         steps[f"bench_{algo}"] = step
+        write()
 
-    result = {
-        "benchmark": "gpu_suite",
-        "command": "bash benchmarks/gpu_suite.sh " + " ".join(sys.argv[1:]),
-        "device": device,
-        "device_name": device_name,
-        "cuda": cuda,
-        "machine": machine(),
-        "seconds": round(time.perf_counter() - suite_start, 1),
-        "figures": tracked_figures(benches, cuda),
-        "failed": failed,
-        "steps": steps,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(relative_paths(result), indent=2) + "\n")
-    print(json.dumps(result["figures"], indent=2))
-    print(f"[gpu_suite] {out} ({result['seconds']:.0f} s)")
+    write()
+    figures = tracked_figures(benches, cuda)
+    print(json.dumps(figures, indent=2))
+    print(f"[gpu_suite] {out} ({time.perf_counter() - suite_start:.0f} s)")
     if failed:
         print("[gpu_suite] FAILED: " + "; ".join(failed), file=sys.stderr)
         return 1

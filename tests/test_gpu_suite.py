@@ -42,6 +42,7 @@ def test_figures_and_goals_on_cuda(suite) -> None:
     assert figures["tdmpc2_plan_ms"] == {"eager": 12.0, "compiled": 6.0, "cuda_graphed": 3.0,
                                          "compiled_and_graphed": 1.2}  # fmt: skip
     assert figures["tdmpc2_plan_graphed_speedup"] == pytest.approx(10.0)
+    assert figures["tdmpc2_plan_cuda_graphs_speedup"] == pytest.approx(4.0)
     assert figures["tdmpc2_hockey_fast_env_fps"] == 320.0
     assert figures["sac_fast_updates_speedup"] == pytest.approx(2.5)
     assert figures["goals_met"] == {
@@ -59,6 +60,14 @@ def test_without_cuda_the_gpu_figures_say_so(suite) -> None:
     assert figures["tdmpc2_plan_ms"]["eager"] == 90.0
     assert figures["tdmpc2_plan_graphed_speedup"] == "n/a (no CUDA)"
     assert set(figures["goals_met"].values()) == {None}
+
+
+def test_on_cuda_a_variant_not_run_reads_not_measured(suite) -> None:
+    benches = {"tdmpc2": bench(baseline={"act_ms": 12.0}, cuda_graphs={"act_ms": 3.0})}
+    figures = suite.tracked_figures(benches, cuda=True)
+    assert figures["tdmpc2_plan_cuda_graphs_speedup"] == pytest.approx(4.0)
+    assert figures["tdmpc2_plan_graphed_speedup"] == "not measured"
+    assert figures["goals_met"]["tdmpc2_plan_graphed_speedup"] is None
 
 
 def test_pytest_summary_counts(suite) -> None:
