@@ -7,10 +7,11 @@ Steps, each a subprocess with its own time limit:
 
 1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
    replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
-2. ``python -m rl_lightning bench`` for DQN (``dqn_cartpole``), SAC (``sac_pendulum``) and TD-MPC2
-   (``tdmpc2_hockey``): each optimization alone and the ``fast`` preset against none, as ratios of env
-   frames/s, updates/s, ``act`` latency and peak GPU memory (``bench``'s method: a fresh process per run,
-   a steady-state window after warm-up and compilation).
+2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``), SAC (``sac_pendulum``) and DQN
+   (``dqn_cartpole``): first the variants of the tracked figures (``TRACKED``), then the rest of each
+   ablation (each optimization alone and the ``fast`` preset against none) while the budget lasts, as
+   ratios of env frames/s, updates/s, ``act`` latency and peak GPU memory (``bench``'s method: a fresh
+   process per run, a steady-state window after warm-up and compilation).
 3. The figures the project tracks, read from those benches: TD-MPC2's plan latency (its ``act``: the
    whole MPPI plan) eager vs compiled vs CUDA-graphed, hockey TD-MPC2 frames/s with ``fast``, SAC's
    updates/s with compile + CUDA graphs against eager, and the peak GPU memory of each.
@@ -21,16 +22,18 @@ steps on the CPU, sized down (small budgets, the CPU-sized TD-MPC2 experiment, t
 something on a CPU), so the command stays tested where no GPU is lent; the GPU figures then read
 ``n/a (no CUDA)``.
 
-A GPU is lent for minutes, so the suite fits a lease: ``--budget S`` caps the whole suite (each step gets
-what is left of it; a step with no time left is reported as not run), ``--algos`` and ``--variants`` pick
-the benches and their variants, ``--override`` adds a Hydra override to each bench (e.g. a shorter
-warm-up), and the JSON is rewritten after every step, and a bench's rows after
-every variant, so a suite stopped from outside keeps what it measured.
+A GPU is lent for minutes, so the suite fits a lease: ``--budget S`` caps the whole suite (on a GPU 540 s
+unless given: each step gets what is left of it; a step with no time left is reported as not run, and only
+an ablation pass may be cut short without failing the suite), ``--algos`` and ``--variants`` pick the
+benches and their variants (``--variants`` replaces both passes), ``--override`` adds a Hydra override to
+each bench, and the JSON is rewritten after every step, and a bench's rows after every variant, so a suite
+stopped from outside keeps what it measured. On a GPU the tests run on several workers (pytest-xdist).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -47,19 +50,12 @@ from _common import machine, relative_paths
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-#: Experiment -> (bench overrides on a GPU, on a CPU). Budgets keep the whole suite under 10 minutes on
-#: one GPU: every run is a process of its own, and the compiled variants compile first.
+#: Experiment -> (bench overrides on a GPU, on a CPU), in the order they run. Every run is a process of its
+#: own, and the compiled variants compile first. TD-MPC2 on a GPU: 300 random frames and a burst of 300
+#: updates (not the experiment's 1255), then 600 frames of one plan and one update each.
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
-    "dqn": (
-        ["+experiment=dqn_cartpole", "bench.frames=4096"],
-        ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128"],
-    ),
-    "sac": (
-        ["+experiment=sac_pendulum", "bench.frames=1500"],
-        ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]"],
-    ),
     "tdmpc2": (
-        ["+experiment=tdmpc2_hockey", "bench.frames=2000", "bench.act_calls=50"],
+        ["+experiment=tdmpc2_hockey", "bench.frames=900", "collect.warmup_frames=300", "bench.act_calls=50"],
         # Compiling TD-MPC2's update and plan takes minutes on a CPU: its CPU part skips compile.
         [
             "+experiment=tdmpc2_hockey_cpu",
@@ -69,11 +65,26 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
             "bench.variants=[fused_optimizer]",
         ],
     ),
+    "sac": (
+        ["+experiment=sac_pendulum", "bench.frames=1500"],
+        ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]"],
+    ),
+    "dqn": (
+        ["+experiment=dqn_cartpole", "bench.frames=4096"],
+        ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128"],
+    ),
 }
-GPU_VARIANTS = (
-    "bench.variants=[compile,cuda_graphs,fused_optimizer,direct_steps,mixed_precision,tf32,non_blocking,fast]"
-)
-CPU_VARIANTS = "bench.variants=[compile,fused_optimizer,direct_steps]"
+#: On a GPU, first each algorithm's variants of the tracked figures (step 3), then the rest of the ablation
+#: while ``--budget`` lasts (in a bench of its own, against its own baseline run).
+TRACKED = {"tdmpc2": ["cuda_graphs", "fast"], "sac": ["fast"], "dqn": ["fast"]}
+ABLATION = [
+    "compile", "cuda_graphs", "fused_optimizer", "direct_steps", "mixed_precision", "tf32", "non_blocking",
+    "fast",
+]  # fmt: skip
+CPU_VARIANTS = ["compile", "fused_optimizer", "direct_steps"]
+#: Seconds the whole suite may take on a GPU unless ``--budget`` says otherwise: a 10-minute device call
+#: with room for installing the dependencies.
+GPU_BUDGET = 540.0
 #: The issue's goals for the figures of step 3.
 GOALS = {
     "tdmpc2_plan_graphed_speedup": 5.0,
@@ -162,6 +173,35 @@ def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str,
     return figures
 
 
+def bench_plan(algos: list[str], variants: list[str] | None, cuda: bool) -> list[tuple[str, list[str], bool]]:
+    """``(algo, variants, optional)`` in the order the benches run; the budget may stop an optional one.
+
+    ``variants`` given: those, one bench per algorithm. On CUDA: each algorithm's ``TRACKED`` variants, then
+    (optional) the rest of ``ABLATION``. On a CPU: ``CPU_VARIANTS``.
+    """
+    if variants:
+        return [(a, variants, False) for a in algos]
+    if cuda:
+        plan = [(a, TRACKED[a], False) for a in algos]
+        return plan + [(a, [v for v in ABLATION if v not in TRACKED[a]], True) for a in algos]
+    return [(a, CPU_VARIANTS, False) for a in algos]
+
+
+def bench_verdict(
+    status: str, rows: dict[str, dict[str, Any]], optional: bool, budget_spent: bool
+) -> tuple[str, list[str]]:
+    """A bench step's status and its variants that failed.
+
+    An optional bench that the budget stopped has measured what it could: its status reads ``stopped by
+    --budget`` and its variants not run yet are no failure. A run that failed or hit ``bench.timeout_s`` is
+    one, in any bench.
+    """
+    stopped = optional and budget_spent and status.startswith("timed out")
+    not_ok = ("fail", "timed") if stopped else ("fail", "timed", "not run")
+    bad = [v for v, row in rows.items() if str(row.get("status", "ok")).startswith(not_ok)]
+    return ("stopped by --budget" if stopped else status), bad
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write")
@@ -185,9 +225,8 @@ def main() -> int:
     device_name = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA)"
     slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_") if cuda else "cpu"
     out = args.out or RESULTS / f"gpu_suite_{slug}.json"
-    variants = GPU_VARIANTS if cuda else CPU_VARIANTS
-    if args.variants:
-        variants = f"bench.variants=[{args.variants}]"
+    budget = args.budget if args.budget is not None else GPU_BUDGET if cuda else None
+    plan = bench_plan(algos, args.variants.split(",") if args.variants else None, cuda)
     workdir = ROOT / "runs" / "gpu_suite"
     workdir.mkdir(parents=True, exist_ok=True)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -196,9 +235,9 @@ def main() -> int:
 
     def left(limit: float) -> float:
         """A step's time limit: its own, or what is left of ``--budget``."""
-        if args.budget is None:
+        if budget is None:
             return limit
-        return min(limit, args.budget - (time.perf_counter() - suite_start))
+        return min(limit, budget - (time.perf_counter() - suite_start))
 
     steps: dict[str, Any] = {}
     failed: list[str] = []
@@ -224,6 +263,9 @@ def main() -> int:
 
     if not args.skip_tests:
         pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+        if cuda and importlib.util.find_spec("xdist") is not None:
+            # Compiling is most of these tests' time, and it runs on the host's cores.
+            pytest += ["-n", str(max(1, min(6, (os.cpu_count() or 2) // 2)))]
         if left(args.timeout * 2) > 0:
             step = run_step("pytest -m gpu", pytest, left(args.timeout * 2), env, workdir / "pytest_gpu.log")
             step["counts"] = pytest_counts(step["output_tail"])
@@ -235,34 +277,36 @@ def main() -> int:
         steps["pytest_gpu"] = step
         write()
 
-    for algo in algos:
+    for algo, names, optional in plan:
         gpu_args, cpu_args = BENCHES[algo]
-        bench_out = workdir / f"bench_{algo}_{device}.json"
+        tag = f"{algo}_ablation" if optional else algo
+        bench_out = workdir / f"bench_{tag}_{device}.json"
         bench_out.unlink(missing_ok=True)
         cmd = [
-            sys.executable, "-m", "rl_lightning", "bench", variants,
+            sys.executable, "-m", "rl_lightning", "bench", f"bench.variants=[{','.join(names)}]",
             *(gpu_args if cuda else cpu_args), f"device={device}", "logger=none", "progress_bar=false",
             "bench.repeats=1", f"bench.out={bench_out}", f"bench.timeout_s={max(1, int(left(args.timeout)))}",
-            f"run_dir={workdir / algo}", *args.override,
+            f"run_dir={workdir / tag}", *args.override,
         ]  # fmt: skip
         if left(args.timeout * 9) <= 0:
-            steps[f"bench_{algo}"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
-            failed.append(f"bench {algo}: not run within --budget")
+            steps[f"bench_{tag}"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
+            if not optional:
+                failed.append(f"bench {tag}: not run within --budget")
             write()
             continue
-        step = run_step(f"bench {algo}", cmd, left(args.timeout * 9), env, workdir / f"bench_{algo}.log")
+        step = run_step(f"bench {tag}", cmd, left(args.timeout * 9), env, workdir / f"bench_{tag}.log")
         if bench_out.exists():
-            benches[algo] = json.loads(bench_out.read_text())
-            step["complete"] = benches[algo].get("complete", True)
-            step["variants"] = variant_figures(benches[algo])
-            rows = step["variants"].items()
-            not_ok = ("fail", "timed", "not run")
-            bad = [v for v, row in rows if str(row.get("status", "ok")).startswith(not_ok)]
-            if bad or step["status"] != "ok":
-                failed.append(f"bench {algo}: {', '.join(bad) or step['status']}")
+            result = json.loads(bench_out.read_text())
+            if not optional:
+                benches[algo] = result
+            step["complete"] = result.get("complete", True)
+            step["variants"] = variant_figures(result)
+            step["status"], bad = bench_verdict(step["status"], step["variants"], optional, left(1) <= 1)
+            if bad or step["status"] not in ("ok", "stopped by --budget"):
+                failed.append(f"bench {tag}: {', '.join(bad) or step['status']}")
         else:
-            failed.append(f"bench {algo}: {step['status']}, no results")
-        steps[f"bench_{algo}"] = step
+            failed.append(f"bench {tag}: {step['status']}, no results")
+        steps[f"bench_{tag}"] = step
         write()
 
     write()

@@ -74,3 +74,29 @@ def test_pytest_summary_counts(suite) -> None:
     assert suite.pytest_counts("1 failed, 30 passed, 4 skipped, 749 deselected in 80.1s") == {
         "failed": 1, "passed": 30, "skipped": 4, "deselected": 749,
     }  # fmt: skip
+
+
+def test_on_cuda_the_tracked_variants_run_first_then_the_rest_of_the_ablation(suite) -> None:
+    plan = suite.bench_plan(["tdmpc2", "sac"], None, cuda=True)
+    assert plan[:2] == [("tdmpc2", ["cuda_graphs", "fast"], False), ("sac", ["fast"], False)]
+    assert [(a, optional) for a, _, optional in plan[2:]] == [("tdmpc2", True), ("sac", True)]
+    assert "cuda_graphs" not in plan[2][1] and "compile" in plan[2][1]
+    assert set(plan[3][1]) | {"fast"} == set(suite.ABLATION)
+    assert suite.bench_plan(["dqn"], ["tf32"], cuda=True) == [("dqn", ["tf32"], False)]
+    assert suite.bench_plan(["dqn"], None, cuda=False) == [("dqn", suite.CPU_VARIANTS, False)]
+
+
+TIMED_OUT = "timed out after 90 s"
+
+
+def test_only_an_optional_bench_may_be_stopped_by_the_budget(suite) -> None:
+    rows = {"baseline": {"status": "ok"}, "tf32": {"status": "ok"}, "compile": {"status": "not run yet"}}
+    assert suite.bench_verdict(TIMED_OUT, rows, optional=True, budget_spent=True) == (
+        "stopped by --budget", []
+    )  # fmt: skip
+    # The same stop of a bench the tracked figures need, or before the budget is spent, is a failure.
+    assert suite.bench_verdict(TIMED_OUT, rows, optional=False, budget_spent=True)[1] == ["compile"]
+    assert suite.bench_verdict(TIMED_OUT, rows, optional=True, budget_spent=False)[1] == ["compile"]
+    # A variant that failed or hit bench.timeout_s fails even an optional bench.
+    rows["tf32"] = {"status": "failed: timed out after bench.timeout_s=240 s"}
+    assert suite.bench_verdict(TIMED_OUT, rows, optional=True, budget_spent=True)[1] == ["tf32"]
