@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite: pytest -m gpu, then each optimization's bench for DQN, SAC and TD-MPC2, into one JSON
 # (benchmarks/results/gpu_suite_<device>.json) with the device's name. Exits 1 if anything failed.
-# Without CUDA it runs its CPU-sized parts. Options: --out PATH, --cpu, --skip-tests, --timeout S.
+# Without CUDA it runs its CPU-sized parts. Options: --out PATH, --cpu, --skip-tests, --timeout S, --budget S,
+# --algos A,B, --variants V,W, --override KEY=VALUE.
 # See benchmarks/gpu_suite.py for what each step measures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
