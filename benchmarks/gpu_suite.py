@@ -74,9 +74,10 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128"],
     ),
 }
-#: On a GPU, first each algorithm's variants of the tracked figures (step 3), then the rest of the ablation
-#: while ``--budget`` lasts (in a bench of its own, against its own baseline run).
-TRACKED = {"tdmpc2": ["cuda_graphs", "fast"], "sac": ["fast"], "dqn": ["fast"]}
+#: On a GPU, first the variants of the tracked figures (step 3), then the rest of each ablation while
+#: ``--budget`` lasts (a bench of its own per algorithm, against its own baseline run), cheapest first.
+TRACKED = {"tdmpc2": ["cuda_graphs", "fast"], "sac": ["fast"]}
+ABLATION_ORDER = ("dqn", "sac", "tdmpc2")
 ABLATION = [
     "compile", "cuda_graphs", "fused_optimizer", "direct_steps", "mixed_precision", "tf32", "non_blocking",
     "fast",
@@ -176,15 +177,26 @@ def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str,
 def bench_plan(algos: list[str], variants: list[str] | None, cuda: bool) -> list[tuple[str, list[str], bool]]:
     """``(algo, variants, optional)`` in the order the benches run; the budget may stop an optional one.
 
-    ``variants`` given: those, one bench per algorithm. On CUDA: each algorithm's ``TRACKED`` variants, then
-    (optional) the rest of ``ABLATION``. On a CPU: ``CPU_VARIANTS``.
+    ``variants`` given: those, one bench per algorithm. On CUDA: the ``TRACKED`` variants, then (optional)
+    the rest of ``ABLATION`` in ``ABLATION_ORDER``. On a CPU: ``CPU_VARIANTS``.
     """
     if variants:
         return [(a, variants, False) for a in algos]
     if cuda:
-        plan = [(a, TRACKED[a], False) for a in algos]
-        return plan + [(a, [v for v in ABLATION if v not in TRACKED[a]], True) for a in algos]
+        plan = [(a, TRACKED[a], False) for a in algos if a in TRACKED]
+        rest = [a for a in ABLATION_ORDER if a in algos]
+        return plan + [(a, [v for v in ABLATION if v not in TRACKED.get(a, [])], True) for a in rest]
     return [(a, CPU_VARIANTS, False) for a in algos]
+
+
+def merge_rows(benches: dict[str, dict[str, Any]], algo: str, result: dict[str, Any]) -> None:
+    """Adds a bench's results to ``benches[algo]``; rows of variants it already has (the tracked bench's,
+    which runs first, and its baseline) stay, so the figures read each variant from one bench."""
+    if algo not in benches:
+        benches[algo] = result
+        return
+    have = {row["variant"] for row in benches[algo]["variants"]}
+    benches[algo]["variants"] += [row for row in result["variants"] if row["variant"] not in have]
 
 
 def bench_verdict(
@@ -297,8 +309,7 @@ def main() -> int:
         step = run_step(f"bench {tag}", cmd, left(args.timeout * 9), env, workdir / f"bench_{tag}.log")
         if bench_out.exists():
             result = json.loads(bench_out.read_text())
-            if not optional:
-                benches[algo] = result
+            merge_rows(benches, algo, result)
             step["complete"] = result.get("complete", True)
             step["variants"] = variant_figures(result)
             step["status"], bad = bench_verdict(step["status"], step["variants"], optional, left(1) <= 1)

@@ -77,11 +77,13 @@ def test_pytest_summary_counts(suite) -> None:
 
 
 def test_on_cuda_the_tracked_variants_run_first_then_the_rest_of_the_ablation(suite) -> None:
-    plan = suite.bench_plan(["tdmpc2", "sac"], None, cuda=True)
+    plan = suite.bench_plan(["tdmpc2", "sac", "dqn"], None, cuda=True)
     assert plan[:2] == [("tdmpc2", ["cuda_graphs", "fast"], False), ("sac", ["fast"], False)]
-    assert [(a, optional) for a, _, optional in plan[2:]] == [("tdmpc2", True), ("sac", True)]
-    assert "cuda_graphs" not in plan[2][1] and "compile" in plan[2][1]
-    assert set(plan[3][1]) | {"fast"} == set(suite.ABLATION)
+    # The ablations are optional, cheapest first; each leaves out what its tracked bench ran.
+    assert [(a, optional) for a, _, optional in plan[2:]] == [("dqn", True), ("sac", True), ("tdmpc2", True)]
+    assert plan[2][1] == suite.ABLATION
+    assert set(plan[3][1]) | {"fast"} == set(suite.ABLATION) and "fast" not in plan[3][1]
+    assert "cuda_graphs" not in plan[4][1] and "compile" in plan[4][1]
     assert suite.bench_plan(["dqn"], ["tf32"], cuda=True) == [("dqn", ["tf32"], False)]
     assert suite.bench_plan(["dqn"], None, cuda=False) == [("dqn", suite.CPU_VARIANTS, False)]
 
@@ -100,3 +102,12 @@ def test_only_an_optional_bench_may_be_stopped_by_the_budget(suite) -> None:
     # A variant that failed or hit bench.timeout_s fails even an optional bench.
     rows["tf32"] = {"status": "failed: timed out after bench.timeout_s=240 s"}
     assert suite.bench_verdict(TIMED_OUT, rows, optional=True, budget_spent=True)[1] == ["tf32"]
+
+
+def test_an_ablation_fills_in_the_variants_the_tracked_bench_did_not_run(suite) -> None:
+    benches: dict = {}
+    suite.merge_rows(benches, "tdmpc2", bench(baseline={"act_ms": 12.0}, fast={"act_ms": 1.2}))
+    suite.merge_rows(benches, "tdmpc2", bench(baseline={"act_ms": 13.0}, compile={"act_ms": 6.0}))
+    rows = {row["variant"]: row["act_ms"] for row in benches["tdmpc2"]["variants"]}
+    assert rows == {"baseline": 12.0, "fast": 1.2, "compile": 6.0}
+    assert suite.tracked_figures(benches, cuda=True)["tdmpc2_plan_ms"]["compiled"] == 6.0
