@@ -135,3 +135,30 @@ def test_bench_times_act_on_as_many_envs_as_training_steps(tmp_path: Path) -> No
     results = json.loads((tmp_path / "out" / "bench.json").read_text())
     rows = {row["variant"]: row for row in results["variants"]}
     assert rows["baseline"]["status"] == "ok" and rows["baseline"]["act_ms"] > 0
+
+
+def test_bench_rewrites_its_results_after_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench stopped between two variant runs leaves the rows it measured, marked incomplete."""
+    import rl_lightning.cli.bench as bench_cli
+    from rl_lightning.cli import compose
+
+    out = tmp_path / "bench.json"
+    seen: list[dict] = []
+
+    def fake_run(cfg, callbacks, run_dir, index) -> dict:
+        if out.exists():
+            seen.append(json.loads(out.read_text()))
+        figures = {"env_fps": 100.0, "updates_per_s": 50.0, "act_ms": 0.1, "peak_mem_mb": 10.0}
+        return {"status": "ok", "warmup_s": 1.0, "memory": "rss", **figures}
+
+    monkeypatch.setattr(bench_cli, "run_once", fake_run)
+    cfg = compose(["+experiment=dqn_cartpole", "device=cpu", "logger=none", f"run_dir={tmp_path / 'run'}",
+                   "bench.variants=[fused_optimizer,direct_steps]", f"bench.out={out}"])  # fmt: skip
+    results = bench_cli.bench(cfg)
+    # Before the second and third runs: the baseline, then the baseline and fused_optimizer, measured.
+    assert [[(r["variant"], r["status"]) for r in s["variants"]] for s in seen] == [
+        [("baseline", "ok"), ("fused_optimizer", "not run yet"), ("direct_steps", "not run yet")],
+        [("baseline", "ok"), ("fused_optimizer", "ok"), ("direct_steps", "not run yet")],
+    ]
+    assert [s["complete"] for s in seen] == [False, False]
+    assert results["complete"] and json.loads(out.read_text()) == results

@@ -34,7 +34,9 @@ Method, and why:
 - Threads: the variant processes use the root ``torch_threads`` setting, like every command.
 
 Results: a table on the console, ``<run_dir>/bench_results.json`` (and ``bench.out``), and one MLflow run
-(``<name>-bench``) with ``bench/<variant>/<figure>`` and ``.../<figure>_ratio`` metrics.
+(``<name>-bench``) with ``bench/<variant>/<figure>`` and ``.../<figure>_ratio`` metrics. The JSON is
+rewritten after every run, ``"complete": false`` and the variants not run yet saying so until the last, so a
+bench stopped from outside (a time limit) keeps the rows it measured.
 """
 
 from __future__ import annotations
