@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -111,3 +112,16 @@ def test_an_ablation_fills_in_the_variants_the_tracked_bench_did_not_run(suite) 
     rows = {row["variant"]: row["act_ms"] for row in benches["tdmpc2"]["variants"]}
     assert rows == {"baseline": 12.0, "fast": 1.2, "compile": 6.0}
     assert suite.tracked_figures(benches, cuda=True)["tdmpc2_plan_ms"]["compiled"] == 6.0
+
+
+@pytest.mark.parametrize("args", [[], ["DIR"]])
+def test_offline_runner_refuses_in_one_line_without_a_folder_or_wheels(args, tmp_path: Path) -> None:
+    # A copy of the script in a tree without .whl/: no folder given, or no wheels to install.
+    (tmp_path / "benchmarks").mkdir()
+    script = tmp_path / "benchmarks" / "gpu_offline.sh"
+    script.write_text((BENCHMARKS / "gpu_offline.sh").read_text())
+    cmd = ["bash", str(script), *[str(tmp_path / a) for a in args]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("gpu_offline: ") and ("DIR" in line if not args else ".whl/" in line)
