@@ -31,6 +31,7 @@ from test_callbacks_equivalence import (
     K,
     Recorder,
     Result,
+    assert_close_runs,
     assert_direct_steps_match,
     assert_matches,
     change_agreement,
@@ -186,17 +187,6 @@ def run_gpu(overrides: list[str], callbacks: list) -> Result:
         trainer.fit(module, train_dataloaders=FixedBatches(batches))
     after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     return Result({k: v.cpu() for k, v in before.items()}, after, recorder.actions, recorder.metrics)
-
-
-def assert_close_runs(ref: Result, other: Result, atol: float) -> None:
-    for key, value in ref.after.items():
-        if value.is_floating_point():
-            torch.testing.assert_close(other.after[key], value, atol=atol, rtol=1e-3)
-    for a, b in zip(ref.metrics, other.metrics):
-        for key in a.keys():
-            torch.testing.assert_close(b[key].cpu(), a[key].cpu(), atol=atol, rtol=1e-3)
-    for a, b in zip(ref.actions, other.actions):
-        torch.testing.assert_close(b.float(), a.float(), atol=atol, rtol=1e-3)
 
 
 _GPU_CALLBACKS: dict[str, Callable[[], list]] = {
