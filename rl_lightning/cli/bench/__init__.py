@@ -74,6 +74,17 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     nodes = {v: callbacks_node(cfg, None if v == "baseline" else v) for v in names if v not in skipped}
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in nodes}
     repeats = int(cfg.bench.repeats)
+    # What every write of the results holds; machine_info reads the machine once.
+    header = {
+        "experiment": cfg.name,
+        "frames": int(cfg.bench.frames),
+        "device": str(device),
+        "seed": int(cfg.seed),
+        "repeats": repeats,
+        "torch_threads": cfg.get("torch_threads"),
+        "method": "rl_lightning.cli.bench: a process per variant, steady-state window, best of rounds",
+        "machine": machine_info(),
+    }
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = [run_dir / "bench_results.json"]
     if cfg.bench.out:
@@ -86,8 +97,8 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
             if variant == "baseline" and status != "ok":
                 raise RuntimeError(f"bench: the baseline run failed, nothing to compare with: {status}")
             # The rows so far, after every run: a bench stopped from outside keeps what it measured.
-            _write(_results(cfg, device, names, skipped, nodes, runs, complete=False), paths)
-    results = _results(cfg, device, names, skipped, nodes, runs, complete=True)
+            _write(_results(header, names, skipped, nodes, runs, complete=False), paths)
+    results = _results(header, names, skipped, nodes, runs, complete=True)
     _write(results, paths)
     print_table(results)
     print(f"results: {', '.join(str(p) for p in paths)}")
@@ -96,8 +107,7 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _results(
-    cfg: DictConfig,
-    device: Any,
+    header: dict[str, Any],
     names: list[str],
     skipped: set[str],
     nodes: dict[str, dict[str, Any]],
@@ -117,20 +127,8 @@ def _results(
             )
     add_ratios(rows)
     base_fps = [r["env_fps"] for r in runs["baseline"] if r.get("env_fps") is not None]
-    repeats = int(cfg.bench.repeats)
-    return {
-        "experiment": cfg.name,
-        "frames": int(cfg.bench.frames),
-        "device": str(device),
-        "seed": int(cfg.seed),
-        "repeats": repeats,
-        "complete": complete,
-        "torch_threads": cfg.get("torch_threads"),
-        "baseline_spread": (max(base_fps) - min(base_fps)) / max(base_fps) if len(base_fps) > 1 else None,
-        "method": "rl_lightning.cli.bench: a process per variant, steady-state window, best of rounds",
-        "machine": machine_info(),
-        "variants": rows,
-    }
+    spread = (max(base_fps) - min(base_fps)) / max(base_fps) if len(base_fps) > 1 else None
+    return {**header, "complete": complete, "baseline_spread": spread, "variants": rows}
 
 
 def _write(results: dict[str, Any], paths: list[Path]) -> None:
