@@ -6,11 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
+from rl_lightning.data.storage import DirectTensorStorage
 
 __all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_device", "resolve_replay"]
 
@@ -107,7 +108,8 @@ def resolve_replay(cfg: ReplayConfig, needs: ReplayRequirements, algo: str) -> R
 
 
 def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDictReplayBuffer:
-    """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` on ``cfg.device``.
+    """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` (its leaves written and read directly:
+    :class:`~rl_lightning.data.storage.DirectTensorStorage`) on ``cfg.device``.
 
     Prioritized replay uses :class:`TensorPrioritizedSampler` (priorities read from ``td_error``);
     ``slice_len`` samples sub-trajectories of that many steps with ``SliceSampler`` (batch ``batch_size``
@@ -120,7 +122,7 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
             traj ids and ``step_count`` (TorchRL's fragmented mode) instead of from storage adjacency.
     """
     device = resolve_device(cfg.device)
-    storage = LazyTensorStorage(cfg.capacity, device=device)
+    storage = DirectTensorStorage(cfg.capacity, device=device)
     if cfg.prioritized:
         sampler = TensorPrioritizedSampler(
             cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device, batch_size=cfg.batch_size
