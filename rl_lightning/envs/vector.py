@@ -184,40 +184,41 @@ class GymVecEnv(EnvBase):
 
     def _root_entries(self) -> dict[str, torch.Tensor]:
         """The root entries of the current step: observations and counters, no env done."""
-        false = torch.zeros(self.batch_size[0], 1, dtype=torch.bool)
+        shape = (self.batch_size[0], 1)  # numpy's zeros: a few microseconds less than torch's
         return {
             "observation": torch.from_numpy(self._obs.copy()),
             "episode_reward": torch.from_numpy(self._return.copy()),
             "step_count": torch.from_numpy(self._length.copy()),
-            "done": false,
-            "terminated": false.clone(),
-            "truncated": false.clone(),
+            "done": torch.from_numpy(np.zeros(shape, bool)),
+            "terminated": torch.from_numpy(np.zeros(shape, bool)),
+            "truncated": torch.from_numpy(np.zeros(shape, bool)),
         }
 
     def _root_td(self) -> TensorDictBase:
         return _built(self._root_entries(), self.batch_size)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict.get("action").detach().cpu().numpy()
-        self._gym_step(action)
+        action = tensordict.get("action")
+        if action.requires_grad or action.device.type != "cpu":
+            action = action.detach().cpu()
+        self._gym_step(action.numpy())
         # In place without rebinding: EnvBase.__setattr__ would run on every step.
         np.add(self._return, self._reward, out=self._return)
         np.add(self._length, 1, out=self._length)
-        terminated = torch.from_numpy(self._terminated.copy())
-        truncated = torch.from_numpy(self._truncated.copy())
+        done = self._terminated | self._truncated  # numpy's or: a few microseconds less than torch's
         entries = {
             "observation": torch.from_numpy(self._next_obs.copy()),
             "reward": torch.from_numpy(self._reward.copy()),
             "episode_reward": torch.from_numpy(self._return.copy()),
             "step_count": torch.from_numpy(self._length.copy()),
-            "done": terminated | truncated,
-            "terminated": terminated,
-            "truncated": truncated,
+            "done": torch.from_numpy(done),
+            "terminated": torch.from_numpy(self._terminated.copy()),
+            "truncated": torch.from_numpy(self._truncated.copy()),
         }
         for k, v in self._info.items():
             entries[k] = torch.from_numpy(v.copy())
         out = _built(entries, self.batch_size)
-        finished = (self._terminated | self._truncated)[:, 0]
+        finished = done[:, 0]
         self._return[finished] = 0
         self._length[finished] = 0
         return out
