@@ -638,7 +638,7 @@ class RLDataModule(L.LightningDataModule):
         )
         if self._stored_keys is not None:
             # The collector strips private ("_"-prefixed) keys from every batch by walking all its keys
-            # (about a sixth of a one-frame collection); ``add_frames`` stores named keys only, so none
+            # (about a tenth of a one-frame collection); ``add_frames`` stores named keys only, so none
             # could reach the replay, and nothing else reads them.
             collector._exclude_private_keys = False
         next_id = self._next_traj_id()

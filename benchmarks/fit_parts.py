@@ -1,0 +1,125 @@
+"""The data path's parts inside a whole ``fit``, timed with ``perf_counter`` instead of a profiler.
+
+    python benchmarks/fit_parts.py [+experiment=sac_pendulum seed=0 total_frames=4000 ...] [--out DIR]
+
+Runs ``python -m rl_lightning fit ARGS progress_bar=false`` in this process (with the default MLflow
+logger, its store in a new directory under DIR) with a timer around each of: the collector's batches
+(acting and env steps), the data module's ``add_frames`` (episode statistics, n-step, the replay write),
+the replay samples of the update rounds, and each ``update``. A timer costs about a microsecond, so the
+parts keep the cost they have in a plain run, including what each loses to the others in the CPU's caches
+(compare with the same parts timed alone, for example ``benchmarks/replay_storage.py``). Writes
+``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each
+part, and per frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from _common import write
+
+SECONDS: Counter[str] = Counter()
+CALLS: Counter[str] = Counter()
+DEPTH: Counter[str] = Counter()  # a method calling its parent's counts once
+
+
+def timed(owner: type, name: str, part: str) -> None:
+    """Wraps ``owner.name`` with a timer counted under ``part``."""
+    function = getattr(owner, name)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if DEPTH[part]:
+            return function(*args, **kwargs)
+        DEPTH[part] += 1
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SECONDS[part] += time.perf_counter() - start
+            CALLS[part] += 1
+            DEPTH[part] -= 1
+
+    setattr(owner, name, wrapper)
+
+
+def timed_items(owner: type, name: str, part: str) -> None:
+    """Wraps the generator method ``owner.name``: each item it yields is timed under ``part``."""
+    function = getattr(owner, name)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        items = function(*args, **kwargs)
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            finally:
+                SECONDS[part] += time.perf_counter() - start
+            CALLS[part] += 1
+            yield item
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "overrides", nargs="*", default=["+experiment=sac_pendulum", "seed=0", "total_frames=4000"]
+    )
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_fit_parts")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.chdir(tempfile.mkdtemp(dir=args.out))  # a new run directory and MLflow store, as a first run has
+
+    from torchrl.collectors import Collector
+
+    import rl_lightning.cli as cli
+    from rl_lightning.algos.base import RLModule
+    from rl_lightning.data.datamodule import RLDataModule, UpdateRound
+
+    timed_items(Collector, "iterator", "collection")
+    timed(RLDataModule, "add_frames", "add_frames")
+    timed_items(UpdateRound, "_samples", "replay_sample")
+    import rl_lightning.algos  # noqa: F401  (every algorithm's class)
+
+    classes = [RLModule]
+    while classes:
+        cls = classes.pop()
+        classes += cls.__subclasses__()
+        if "update" in vars(cls):
+            timed(cls, "update", "update")
+    start = time.perf_counter()
+    code = cli.main(["fit", *args.overrides, "progress_bar=false"])
+    wall = time.perf_counter() - start
+    if code:
+        sys.exit(code)
+    frames = next((int(o.split("=", 1)[1]) for o in args.overrides if o.startswith("total_frames=")), None)
+    parts = {
+        part: {
+            "seconds": round(SECONDS[part], 3),
+            "calls": CALLS[part],
+            "us_per_call": round(1e6 * SECONDS[part] / max(CALLS[part], 1), 1),
+            **({"us_per_frame": round(1e6 * SECONDS[part] / frames, 1)} if frames else {}),
+        }
+        for part in ("update", "collection", "add_frames", "replay_sample")
+    }
+    name = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("+experiment=")), "fit")
+    path = write(f"fit_parts_{name}", {"overrides": args.overrides, "wall_s": round(wall, 1), "parts": parts})
+    for part, figures in parts.items():
+        seconds, calls, per_call = figures["seconds"], figures["calls"], figures["us_per_call"]
+        print(f"{part:14s} {seconds:8.2f} s  {calls:7d} calls  {per_call:9.1f} us")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
