@@ -18,6 +18,7 @@ def frames(n: int, seed: int, traj: int = 0) -> TensorDict:
     return TensorDict(
         {
             "observation": torch.randn(n, 3, generator=g),
+            "plan": TensorDict({"actions": torch.randn(n, 4, 2, generator=g)}, [n, 4]),  # more batch dims
             "action": torch.randint(0, 5, (n,), generator=g),
             "step_count": torch.arange(n).unsqueeze(-1),
             "collector": {"traj_ids": torch.full((n,), traj)},
@@ -48,6 +49,9 @@ def written(rb: TensorDictReplayBuffer) -> TensorDict:
 def assert_same(a: TensorDict, b: TensorDict) -> None:
     assert a.batch_size == b.batch_size and a.device == b.device
     assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in a.keys(True):
+        if isinstance(a.get(key), TensorDict):
+            assert a.get(key).batch_size == b.get(key).batch_size, key
     for key in a.keys(True, True):
         assert a.get(key).dtype == b.get(key).dtype
         torch.testing.assert_close(a.get(key), b.get(key), rtol=0, atol=0)

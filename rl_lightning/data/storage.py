@@ -59,7 +59,9 @@ def _matching_leaves(store: TensorDict, data: Any, out: list) -> bool:
 
 def _gather(store: TensorDict, index: torch.Tensor, used: int | None) -> TensorDict | None:
     """``store[:used][index]`` for a 1-D index (``used=None``: the whole store), built leaf by leaf;
-    ``None`` where an entry is not a plain tensor or ``TensorDict``."""
+    ``None`` where an entry is not a plain tensor or ``TensorDict``, or a ``TensorDict`` names its dims."""
+    if store._td_dim_names is not None:
+        return None
     out = {}
     for key, leaf in store._tensordict.items():
         if type(leaf) is TensorDict:
@@ -71,7 +73,8 @@ def _gather(store: TensorDict, index: torch.Tensor, used: int | None) -> TensorD
             out[key] = (leaf if used is None else leaf.narrow(0, 0, used))[index]
         else:
             return None
-    return TensorDict._new_unsafe(out, batch_size=index.shape, device=store.device, names=None)
+    batch_size = torch.Size([*index.shape, *store.batch_size[1:]])  # a nested entry keeps its own dims
+    return TensorDict._new_unsafe(out, batch_size=batch_size, device=store.device)
 
 
 class DirectTensorStorage(LazyTensorStorage):
