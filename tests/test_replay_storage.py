@@ -173,3 +173,15 @@ def test_one_frame_writes_and_reads_take_the_direct_path(monkeypatch):
     refuse_lazy_paths(monkeypatch)
     direct.extend(frames(1, seed=1))
     assert direct.sample().batch_size == torch.Size([8])
+
+
+def test_a_list_of_tensordicts_is_written_as_lazy_tensor_storage_writes_it():
+    lazy, direct = buffers(20)
+    for rb in (lazy, direct):
+        rb.extend(frames(4, seed=0))
+        new = frames(2, seed=1).exclude("plan")  # the list is stacked: entries with one batch dim
+        rb.storage.set(
+            torch.tensor([4, 5]),
+            [new[0].update({"index": torch.tensor(4)}), new[1].update({"index": torch.tensor(5)})],
+        )
+    assert_same(written(lazy).exclude("plan"), written(direct).exclude("plan"))  # the rest was written

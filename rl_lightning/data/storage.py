@@ -99,8 +99,8 @@ class DirectTensorStorage(LazyTensorStorage):
         pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         if not (
             self._direct(cursor)
+            and _matching_leaves(self._storage, data, pairs)  # a plain TensorDict, so it has a batch size
             and data.batch_size == cursor.shape
-            and _matching_leaves(self._storage, data, pairs)
         ):
             return super().set(cursor, data, set_cursor=set_cursor)
         if set_cursor:
