@@ -72,11 +72,19 @@ def relative_paths(value: Any) -> Any:
     return value
 
 
+#: The running benchmark script, resolved before it can change directory (profile_fit, fit_parts).
+SCRIPT = Path(sys.argv[0]).resolve()
+
+
 def command_line() -> str:
     """How this benchmark was started, from the repository root."""
-    script = Path(sys.argv[0]).resolve()
-    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script.name
+    shown = SCRIPT.relative_to(ROOT) if SCRIPT.is_relative_to(ROOT) else SCRIPT.name
     return " ".join(["python", str(shown), *sys.argv[1:]])
+
+
+def experiment_of(overrides: list[str], default: str = "fit") -> str:
+    """The experiment a list of CLI overrides names (``+experiment=NAME``), else ``default``."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("+experiment=")), default)
 
 
 def write(name: str, payload: dict[str, Any]) -> Path:

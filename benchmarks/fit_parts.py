@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import write
+from _common import experiment_of, write
 
 SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
@@ -113,8 +113,8 @@ def main() -> None:
         }
         for part in ("update", "collection", "add_frames", "replay_sample")
     }
-    name = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("+experiment=")), "fit")
-    path = write(f"fit_parts_{name}", {"overrides": args.overrides, "wall_s": round(wall, 1), "parts": parts})
+    figures = {"overrides": args.overrides, "wall_s": round(wall, 1), "parts": parts}
+    path = write(f"fit_parts_{experiment_of(args.overrides)}", figures)
     for part, figures in parts.items():
         seconds, calls, per_call = figures["seconds"], figures["calls"], figures["us_per_call"]
         print(f"{part:14s} {seconds:8.2f} s  {calls:7d} calls  {per_call:9.1f} us")

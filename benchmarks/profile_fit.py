@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import write
+from _common import experiment_of, write
 
 #: Part of the run -> the (file suffix, function name) whose cumulative time measures it.
 PARTS = {
@@ -57,9 +57,6 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import os
-    import sys
-
-    sys.argv[0] = str(Path(sys.argv[0]).resolve())  # the results name the script from the repository root
 
     os.chdir(args.out)
     start = time.perf_counter()
@@ -78,7 +75,7 @@ def main() -> None:
     parts["startup_and_teardown"] = wall - parts["fit_total"]
     accounted = sum(parts[k] for k in ("collection", "update", "evaluation", "checkpoints"))
     parts["lightning_loop_and_rest"] = parts["fit_total"] - accounted
-    experiment = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("+experiment=")), "fit")
+    experiment = experiment_of(args.overrides)
     print(
         write(
             f"profile_fit_{experiment}",
