@@ -18,7 +18,8 @@ from rl_lightning.algos.common import (
     polyak_update,
     without_grad,
 )
-from rl_lightning.nn.actor_critic import mlp_head
+from rl_lightning.nn.actor_critic import mlp_head, safe_tanh
+from rl_lightning.nn.layers import EnsembleLinear, ensemble_mlp
 
 
 def test_action_scaler_maps_the_unit_box_onto_the_bounds_and_back() -> None:
@@ -143,7 +144,9 @@ def test_mlp_head_gives_the_values_and_gradients_of_its_layers_called_one_by_one
         f"{i}.{p}" for i in (0, 2, 4) for p in ("weight", "bias")
     ]
     x = torch.randn(7, 5)
+    x_before = x.clone()
     fast = net(x)
+    assert torch.equal(x, x_before)  # the ReLUs work in place on the layers' outputs only
     fast.square().sum().backward()
     fast_grads = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
@@ -163,3 +166,65 @@ def test_mlp_head_gives_the_values_and_gradients_of_its_layers_called_one_by_one
     net.append(nn.Tanh())
     with torch.no_grad():
         assert torch.equal(net(x), torch.tanh(moved))
+
+
+def test_mlp_head_relu_in_place_leaves_inputs_and_saved_values_alone() -> None:
+    """A ReLU that is not right after a linear layer (here the first) must not overwrite its input, and
+    the in-place ReLUs after linear layers keep the gradients of out-of-place ones."""
+    torch.manual_seed(0)
+    net = mlp_head(4, 2, (8,))
+    net.insert(0, nn.ReLU())
+    x = torch.randn(6, 4, requires_grad=True)
+    x_before = x.detach().clone()
+    out = net(x)
+    assert torch.equal(x.detach(), x_before)
+    out.sum().backward()
+    reference = x.detach().clone().requires_grad_(True)
+    expected = reference
+    for layer in net:
+        expected = layer(expected)
+    expected.sum().backward()
+    assert torch.equal(out, expected) and torch.equal(x.grad, reference.grad)
+
+
+def test_ensemble_mlp_in_place_relu_gives_the_values_and_gradients_of_out_of_place_relus() -> None:
+    torch.manual_seed(0)
+    net = ensemble_mlp(5, (16, 8), 1, size=2)
+    x = torch.randn(7, 5, requires_grad=True)
+    x_before = x.detach().clone()
+    out = net(x)
+    assert torch.equal(x.detach(), x_before)
+    (out.square().sum() + net(x, detach=True).sum()).backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    x_grad = x.grad.clone()
+    net.zero_grad()
+    x.grad = None
+
+    def reference(inp: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        for layer in net:
+            inp = layer(inp, detach=detach) if isinstance(layer, EnsembleLinear) else torch.relu(inp)
+        return inp
+
+    expected = reference(x)
+    (expected.square().sum() + reference(x, detach=True).sum()).backward()
+    assert torch.equal(out, expected) and torch.equal(x_grad, x.grad)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, net.parameters(), strict=True))
+
+
+def test_safe_tanh_gives_torchrl_safetanh_bits_in_values_and_gradients() -> None:
+    from torchrl.modules.distributions.utils import safetanh_noeps
+
+    # Saturated inputs (the clamp bites, the gradient stays positive), ordinary ones, both signs.
+    base = torch.cat([torch.tensor([0.0, 7.0, 8.0, 9.0, 20.0, -9.0, -20.0]), 3 * torch.randn(256)])
+    weights = torch.randn(base.shape)
+    results = []
+    for fn in (safe_tanh, safetanh_noeps):
+        x = base.clone().requires_grad_(True)
+        y = fn(x)
+        (y * weights).sum().backward()
+        results.append((y.detach(), x.grad))
+    (y_ours, g_ours), (y_ref, g_ref) = results
+    assert torch.equal(y_ours, y_ref) and torch.equal(g_ours, g_ref)
+    assert (g_ours[1:7].abs() > 0).all() and (y_ours.abs() < 1).all()
+    with torch.no_grad():
+        assert torch.equal(safe_tanh(base), safetanh_noeps(base))
