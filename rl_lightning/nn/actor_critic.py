@@ -174,10 +174,11 @@ def safe_tanh(x: Tensor) -> Tensor:
     forward and backward of SAC's ``[256, 1]`` actions and 15 us of a call without gradients on a CPU.
     """
     lim = 1.0 - torch.finfo(x.dtype).resolution
-    y = torch.tanh(x.detach()).clamp_(-lim, lim)
+    value = x.detach()
+    y = torch.tanh(value).clamp_(-lim, lim)
     if not torch.is_grad_enabled():
         return y
-    return y + (x - x.detach()) * (1 - y.pow(2))
+    return y + (x - value) * (1 - y.pow(2))
 
 
 def tanh_normal_rsample(loc: Tensor, scale: Tensor, common_noise: bool = False) -> tuple[Tensor, Tensor]:
