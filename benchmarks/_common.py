@@ -82,9 +82,15 @@ def command_line() -> str:
     return " ".join(["python", str(shown), *sys.argv[1:]])
 
 
+def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:
+    """The value a list of CLI overrides gives ``key`` (``key=VALUE``, e.g. ``+experiment``), else
+    ``default``."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")), default)
+
+
 def experiment_of(overrides: list[str], default: str = "fit") -> str:
     """The experiment a list of CLI overrides names (``+experiment=NAME``), else ``default``."""
-    return next((o.split("=", 1)[1] for o in overrides if o.startswith("+experiment=")), default)
+    return override_value(overrides, "+experiment", default)
 
 
 def write(name: str, payload: dict[str, Any]) -> Path:

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import experiment_of, write
+from _common import experiment_of, override_value, write
 
 SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
@@ -103,7 +103,8 @@ def main() -> None:
     wall = time.perf_counter() - start
     if code:
         sys.exit(code)
-    frames = next((int(o.split("=", 1)[1]) for o in args.overrides if o.startswith("total_frames=")), None)
+    frames = override_value(args.overrides, "total_frames")
+    frames = None if frames is None else int(frames)
     parts = {
         part: {
             "seconds": round(SECONDS[part], 3),
