@@ -211,6 +211,44 @@ def test_ensemble_mlp_in_place_relu_gives_the_values_and_gradients_of_out_of_pla
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, net.parameters(), strict=True))
 
 
+@pytest.mark.parametrize("act", [torch.nn.ReLU, torch.nn.Tanh])
+@pytest.mark.parametrize("shared_input", [True, False])
+def test_ensemble_mlp_matches_its_members_as_separate_mlps(act: type, shared_input: bool) -> None:
+    """The batched MLP (activations on columns) gives each member's nn.Linear MLP values and gradients."""
+    torch.manual_seed(0)
+    size, n = 3, 6
+    net = ensemble_mlp(5, (16, 8), 2, size=size, act=act)
+    linears = [m for m in net if isinstance(m, EnsembleLinear)]
+    members = []
+    for e in range(size):
+        layers: list[torch.nn.Module] = []
+        for i, lin in enumerate(linears):
+            layer = torch.nn.Linear(lin.weight.shape[2], lin.weight.shape[1])
+            layer.weight.data.copy_(lin.weight[e])
+            layer.bias.data.copy_(lin.bias[e])
+            layers += [layer] if i == len(linears) - 1 else [layer, act()]
+        members.append(torch.nn.Sequential(*layers))
+    x = torch.randn(n, 5) if shared_input else torch.randn(size, n, 5)
+    x.requires_grad_(True)
+    out = net(x)
+    assert out.shape == (size, n, 2)
+    out.square().sum().backward()
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref = torch.stack([m(x_ref if shared_input else x_ref[e]) for e, m in enumerate(members)])
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for i, lin in enumerate(linears):
+        layer = 2 * i  # the Linear's index in each member's Sequential
+        torch.testing.assert_close(lin.weight.grad, torch.stack([m[layer].weight.grad for m in members]))
+        torch.testing.assert_close(lin.bias.grad, torch.stack([m[layer].bias.grad for m in members]))
+        assert lin.weight.grad.stride() == lin.weight.stride()
+    single = linears[0]
+    torch.testing.assert_close(
+        single(x), torch.stack([m[0](x if shared_input else x[e]) for e, m in enumerate(members)])
+    )
+
+
 def test_safe_tanh_gives_torchrl_safetanh_bits_in_values_and_gradients() -> None:
     from torchrl.modules.distributions.utils import safetanh_noeps
 

@@ -247,6 +247,13 @@ class EnsembleLinear(nn.Module):
     on a CPU, vmapping the functional call of a ``[256, 256]`` critic pair costs about 35% more than two
     separate networks, while the batched product costs the same as them.
 
+    The product is computed on columns, ``W x + b`` with ``x`` of shape ``[E, in, N]``
+    (:meth:`columns`): the weight's gradient, ``g x^T``, then comes out in the weight's own layout
+    ``[E, out, in]``. On rows (``x W^T``) it comes out as ``x^T g``, the transpose of that layout, which
+    autograd copies into a new buffer before the optimizer reads it (a ``[2, 256, 256]`` copy per layer
+    and update). :func:`ensemble_mlp`'s networks keep their activations on columns from the first
+    layer to the last.
+
     Args:
         in_features: input size.
         out_features: output size.
@@ -263,30 +270,44 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in members]))
 
     def forward(self, x: Tensor, detach: bool = False) -> Tensor:
+        return self.columns(_to_columns(x, self.weight.shape[0]), detach).transpose(1, 2)
+
+    def columns(self, x: Tensor, detach: bool = False) -> Tensor:
+        """``W x + b`` for inputs on columns ``[E, in, N]``: outputs on columns, ``[E, out, N]``."""
         weight, bias = (self.weight.detach(), self.bias.detach()) if detach else (self.weight, self.bias)
-        if x.dim() == 2:
-            x = x.unsqueeze(0).expand(weight.shape[0], *x.shape)
-        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+        return torch.baddbmm(bias.unsqueeze(-1), weight, x)
 
     def extra_repr(self) -> str:
         size, out_features, in_features = self.weight.shape
         return f"in_features={in_features}, out_features={out_features}, size={size}"
 
 
+def _to_columns(x: Tensor, size: int) -> Tensor:
+    """Rows ``[N, in]`` (shared by ``size`` members) or ``[E, N, in]`` as columns ``[E, in, N]`` (a view)."""
+    if x.dim() == 2:
+        return x.t().unsqueeze(0).expand(size, x.shape[1], x.shape[0])
+    return x.transpose(1, 2)
+
+
 class _EnsembleMLP(nn.Sequential):
-    """:class:`EnsembleLinear` layers with activations between; ``forward(x, detach=False)``. A ReLU
-    works in place on the linear layer's output before it (:func:`relu_after_linear`)."""
+    """:class:`EnsembleLinear` layers with activations between; ``forward(x, detach=False)``.
+
+    The activations stay on columns ``[E, features, N]`` from the first layer to the last
+    (:meth:`EnsembleLinear.columns`); a layer other than a ReLU sees them as rows, the layout it expects.
+    A ReLU works in place on the linear layer's output before it (:func:`relu_after_linear`).
+    """
 
     def forward(self, x: Tensor, detach: bool = False) -> Tensor:  # type: ignore[override]
+        x = _to_columns(x, self[0].weight.shape[0])
         fresh = False  # whether x is an EnsembleLinear output made in this call
         for layer in self:
             if isinstance(layer, EnsembleLinear):
-                x, fresh = layer(x, detach=detach), True
+                x, fresh = layer.columns(x, detach=detach), True
             elif type(layer) is nn.ReLU:
                 x, fresh = relu_after_linear(x, fresh), False
             else:
-                x, fresh = layer(x), False
-        return x
+                x, fresh = layer(x.transpose(1, 2)).transpose(1, 2), False
+        return x.transpose(1, 2)
 
 
 def ensemble_mlp(
