@@ -9,10 +9,11 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
-from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH
+from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH, _rows
 from rl_lightning.training.evaluation import EvalCallback
 
 
@@ -129,3 +130,27 @@ def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: P
     ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, False, *args)
     assert ends == [(20 + i, 1) for i in range(281)] + [(300, 0)]  # the last batch finds the budget spent
     assert all(torch.equal(grouped[k], alone[k]) for k in grouped)
+
+
+def test_rows_of_a_collected_batch_are_select_then_reshape() -> None:
+    """The replay's rows of a ``[num_envs, T]`` batch: the stored keys (nested ones, absent ones skipped),
+    one row per frame, the same as TensorDict's select and reshape, for plain batches and lazy stacks."""
+    n, t = 3, 4
+    batch = TensorDict(
+        {
+            "observation": torch.randn(n, t, 2),
+            "action": torch.randint(0, 3, (n, t)),
+            "episode_reward": torch.randn(n, t, 1),
+            "next": {"observation": torch.randn(n, t, 2), "reward": torch.randn(n, t, 1)},
+        },
+        [n, t],
+    )
+    keys = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "absent"))
+    expected = batch.select(*keys, strict=False).reshape(-1)
+    for data in (batch, LazyStackedTensorDict.lazy_stack(list(batch.unbind(0)), 0)):
+        rows = _rows(data, keys)
+        assert rows.batch_size == torch.Size([n * t])
+        assert set(rows.keys(True, True)) == set(expected.keys(True, True))
+        assert (rows == expected).all()
+    assert (_rows(batch, None) == batch.reshape(-1)).all()
+    assert "episode_reward" not in _rows(batch, keys).keys()

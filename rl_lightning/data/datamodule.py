@@ -22,7 +22,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
@@ -106,6 +106,40 @@ def _missing_keys(batch: TensorDictBase, keys: Sequence[Any]) -> list[Any]:
     """Those of ``keys`` (nested keys allowed) that ``batch`` lacks."""
     present = set(batch.keys(True))
     return [k for k in keys if k not in present]
+
+
+def _rows(batch: TensorDictBase, keys: Sequence[Any] | None) -> TensorDictBase:
+    """``batch.select(*keys, strict=False).reshape(-1)`` (``keys=None``: every key): the entries of a
+    collected ``[num_envs, T]`` batch that the replay stores, one row per frame.
+
+    For a plain ``TensorDict`` of tensors (the local collector's batches) the result is built leaf by leaf
+    from views of the leaves, where TensorDict's ``select`` and ``reshape`` check and dispatch per entry:
+    14 instead of 37 us for a one-frame SAC batch on a CPU. Anything else (lazy stacks, non-tensor
+    entries) takes ``select`` and ``reshape``.
+    """
+    if keys is None or type(batch) is not TensorDict:
+        return (batch if keys is None else batch.select(*keys, strict=False)).reshape(-1)
+    rows, lead = batch.numel(), batch.batch_dims
+    tree: dict[str, Any] = {}
+    for key in keys:
+        path = (key,) if isinstance(key, str) else key
+        node: Any = batch
+        for part in path:
+            node = node._tensordict.get(part) if type(node) is TensorDict else None
+        if node is None:
+            continue  # absent, as select(strict=False) allows
+        if type(node) is not torch.Tensor:
+            return batch.select(*keys, strict=False).reshape(-1)
+        branch = tree
+        for part in path[:-1]:
+            branch = branch.setdefault(part, {})
+        branch[path[-1]] = node.reshape(rows, *node.shape[lead:])
+    return _rows_td(tree, torch.Size([rows]), batch.device)
+
+
+def _rows_td(tree: dict[str, Any], batch_size: torch.Size, device: torch.device | None) -> TensorDict:
+    entries = {k: _rows_td(v, batch_size, device) if type(v) is dict else v for k, v in tree.items()}
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=device)
 
 
 class _Policy:
@@ -698,12 +732,10 @@ class RLDataModule(L.LightningDataModule):
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self._traj_offset)
         if self.nstep is not None:
             batch = self.nstep(batch)
-        if self._stored_keys is not None:
-            if not self._keys_checked:
-                self._check_sample_keys(batch)
-            # Extra keys are absent from random warm-up frames (no act wrote them): kept where present.
-            batch = batch.select(*self._stored_keys, strict=False)
-        self.replay.extend(batch.reshape(-1))
+        if self._stored_keys is not None and not self._keys_checked:
+            self._check_sample_keys(batch)
+        # Extra keys are absent from random warm-up frames (no act wrote them): kept where present.
+        self.replay.extend(_rows(batch, self._stored_keys))
         self.frames += done.numel() * self.world_size  # the ranks collect in lockstep
         module = self.trainer.lightning_module
         if hasattr(module, "set_frames"):
