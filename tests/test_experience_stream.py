@@ -153,4 +153,7 @@ def test_rows_of_a_collected_batch_are_select_then_reshape() -> None:
         assert set(rows.keys(True, True)) == set(expected.keys(True, True))
         assert (rows == expected).all()
     assert (_rows(batch, None) == batch.reshape(-1)).all()
+    nested_lazy = batch.clone()  # a nested entry that is not a plain TensorDict is kept, not skipped
+    nested_lazy.set("next", LazyStackedTensorDict.lazy_stack(list(batch.get("next").unbind(1)), 1))
+    assert (_rows(nested_lazy, keys) == expected).all()
     assert "episode_reward" not in _rows(batch, keys).keys()

@@ -125,7 +125,11 @@ def _rows(batch: TensorDictBase, keys: Sequence[Any] | None) -> TensorDictBase:
         path = (key,) if isinstance(key, str) else key
         node: Any = batch
         for part in path:
-            node = node._tensordict.get(part) if type(node) is TensorDict else None
+            if type(node) is not TensorDict:  # a lazy stack or another container on the way
+                return batch.select(*keys, strict=False).reshape(-1)
+            node = node._tensordict.get(part)
+            if node is None:
+                break
         if node is None:
             continue  # absent, as select(strict=False) allows
         if type(node) is not torch.Tensor:
