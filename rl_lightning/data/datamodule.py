@@ -117,8 +117,15 @@ def _rows(batch: TensorDictBase, keys: Sequence[Any] | None) -> TensorDictBase:
     14 instead of 37 us for a one-frame SAC batch on a CPU. Anything else (lazy stacks, non-tensor
     entries) takes ``select`` and ``reshape``.
     """
-    if keys is None or type(batch) is not TensorDict:
-        return (batch if keys is None else batch.select(*keys, strict=False)).reshape(-1)
+    rows = _plain_rows(batch, keys) if keys is not None and type(batch) is TensorDict else None
+    if rows is None:
+        rows = (batch if keys is None else batch.select(*keys, strict=False)).reshape(-1)
+    return rows
+
+
+def _plain_rows(batch: TensorDict, keys: Sequence[Any]) -> TensorDict | None:
+    """:func:`_rows` from views of ``batch``'s leaves; ``None`` where a key's path meets something other
+    than a plain ``TensorDict`` or a tensor."""
     rows, lead = batch.numel(), batch.batch_dims
     tree: dict[str, Any] = {}
     for key in keys:
@@ -126,14 +133,14 @@ def _rows(batch: TensorDictBase, keys: Sequence[Any] | None) -> TensorDictBase:
         node: Any = batch
         for part in path:
             if type(node) is not TensorDict:  # a lazy stack or another container on the way
-                return batch.select(*keys, strict=False).reshape(-1)
+                return None
             node = node._tensordict.get(part)
             if node is None:
                 break
         if node is None:
             continue  # absent, as select(strict=False) allows
         if type(node) is not torch.Tensor:
-            return batch.select(*keys, strict=False).reshape(-1)
+            return None
         branch = tree
         for part in path[:-1]:
             branch = branch.setdefault(part, {})
