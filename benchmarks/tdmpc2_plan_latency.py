@@ -2,12 +2,26 @@
 
 The module is built from ``+experiment=tdmpc2_hockey`` (hockey's 18-dim observation, 4-dim action) with
 the reference planner (6 iterations, 512 samples, 24 policy-prior, 64 elites, horizon 3), for the 5M and
-the 1M model, eager (no compile, no CUDA graphs), on the CPU and, where there is one, the GPU. Warm-up
-calls are excluded; the median over the timed calls is the figure (the machine may be shared), with min
-and mean beside it. On CUDA every call is synchronised, so the figure is the full latency of an action.
+the 1M model, on the CPU and, where there is one, the GPU. Warm-up calls are excluded; the median over the
+timed calls is the figure (the machine may be shared), with min and mean beside it. On CUDA every call is
+synchronised, so the figure is the full latency of an action.
+
+Variants (``--variants``), each the mechanism the training callbacks use on ``act``:
+- ``eager``: no compile, no CUDA graphs.
+- ``compiled``: ``torch.compile(act)`` with ``TorchCompile``'s defaults (mode ``default``, ``dynamic=False``).
+- ``cuda_graphs`` (CUDA only): ``act`` captured and replayed by ``CudaGraphs``' ``GraphedPath``.
+- ``compiled_graphs`` (CUDA only): the compiled ``act`` captured by ``GraphedPath``, as ``callbacks=fast``.
+Precisions (``--precisions``, CUDA only beyond ``fp32``): ``tf32`` switches on TF32 matmuls as the ``TF32``
+callback does; ``bf16`` adds ``torch.autocast(bfloat16)`` around ``act`` inside the compiled and graphed
+region, as ``MixedPrecision`` listed before ``TorchCompile`` does.
+``compile_s`` is the wall time of the first (compiling) call. ``--kernels`` adds, on CUDA, the device
+kernels one eager plan launches (count and summed kernel time, from ``torch.profiler``): the floor a
+graphed plan cannot go under unless compile fuses kernels.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
-    [--num-envs 1 8] [--out benchmarks/results/tdmpc2_plan_latency.json]
+    [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
+    compiled_graphs] [--precisions fp32 tf32 bf16] [--kernels]
+    [--out benchmarks/results/tdmpc2_plan_latency.json]
 """
 
 from __future__ import annotations
@@ -23,13 +37,77 @@ import torch
 from tensordict import TensorDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import command_line, relative_paths
 from tdmpc2_pendulum import RESULTS, machine_info
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from callbacks._graphed_path import GraphedPath
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
+VARIANTS = ("eager", "compiled", "cuda_graphs", "compiled_graphs")
+CUDA_ONLY = ("cuda_graphs", "compiled_graphs")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
-def latency(size: str, device: str, num_envs: int, calls: int, warmup: int) -> dict[str, object]:
+
+def set_precision(precision: str) -> None:
+    """TF32 matmuls on or off (the ``TF32`` callback's switches); ``bf16`` runs on TF32 as well."""
+    on = precision in ("tf32", "bf16")
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def with_autocast(act, device: str):
+    def run(td):
+        with torch.autocast(device, dtype=torch.bfloat16, cache_enabled=False):
+            return act(td)
+
+    return run
+
+
+def wrapped_act(module: torch.nn.Module, variant: str, device: str, precision: str = "fp32"):
+    """``module.act`` as the variant's callbacks would leave it."""
+    act = module.act
+    if precision == "bf16":
+        act = with_autocast(act, device)
+    if variant in ("compiled", "compiled_graphs"):
+        act = torch.compile(act, mode="default", fullgraph=False, dynamic=False)
+    if variant in CUDA_ONLY:
+        act = GraphedPath(act, "act", warmup=3, device=torch.device(device), step_counter=lambda: 0,
+                          add_steps=lambda n: None)  # fmt: skip
+    return act
+
+
+def kernels(act, td_fn, calls: int = 5) -> dict[str, object]:
+    """Device kernels per eager plan: count, summed kernel time and the five costliest by total time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            act(td_fn())
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    per_name: dict[str, float] = {}
+    for e in events:
+        per_name[e.name] = per_name.get(e.name, 0.0) + e.device_time
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:5]
+    return {
+        "kernels_per_plan": len(events) / calls,
+        "kernel_ms_per_plan": round(sum(e.device_time for e in events) / calls / 1e3, 3),
+        "top_kernels_ms_per_plan": {name[:80]: round(t / calls / 1e3, 3) for name, t in top},
+    }
+
+
+def latency(
+    size: str,
+    device: str,
+    num_envs: int,
+    calls: int,
+    warmup: int,
+    variant: str = "eager",
+    kernel_table: bool = False,
+    precision: str = "fp32",
+) -> dict[str, object]:
     """Times ``module.act`` for ``num_envs`` envs; returns milliseconds per call."""
     cfg = compose(
         ["+experiment=tdmpc2_hockey", f"algo.model_size={size}", f"env.num_envs={num_envs}", "logger=none"]
@@ -39,17 +117,32 @@ def latency(size: str, device: str, num_envs: int, calls: int, warmup: int) -> d
     obs = torch.randn(num_envs, module.obs_shape[0], device=device)
     steps = torch.ones(num_envs, 1, dtype=torch.int64, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cuda":
+        set_precision(precision)
+    act = wrapped_act(module, variant, device, precision)
+
+    def td_fn():
+        return TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
+
     times = []
+    compile_s = None
     for i in range(warmup + calls):
-        td = TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
+        td = td_fn()
         sync()
         start = time.perf_counter()
-        module.act(td)
+        act(td)
         sync()
+        if i == 0 and variant.startswith("compiled"):
+            compile_s = round(time.perf_counter() - start, 1)
         if i >= warmup:
             times.append(1e3 * (time.perf_counter() - start))
     hp = module.hparams
+    extra = kernels(act, td_fn) if kernel_table and device == "cuda" and variant == "eager" else {}
     return {
+        "variant": variant,
+        "precision": precision,
+        "compile_s": compile_s,
+        **extra,
         "model": size,
         "params_m": round(module.model.num_params() / 1e6, 2),
         "device": device,
@@ -71,21 +164,36 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1])
+    parser.add_argument("--sizes", nargs="+", default=["5M", "1M"])
+    parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda if there is one")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["eager"])
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=["fp32"])
+    parser.add_argument("--kernels", action="store_true", help="on CUDA, profile the eager plan's kernels")
     parser.add_argument("--out", type=Path, default=RESULTS / "tdmpc2_plan_latency.json")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if "cuda" in devices and not torch.cuda.is_available():
+        parser.error("--devices cuda: no CUDA device here")
     rows = []
     for device in devices:
-        for size in ("5M", "1M"):
+        for size in args.sizes:
             for n in args.num_envs:
-                rows.append(latency(size, device, n, args.calls, args.warmup))
-                print(json.dumps(rows[-1]), flush=True)
+                for precision in args.precisions if device == "cuda" else ["fp32"]:
+                    for variant in args.variants:
+                        if variant in CUDA_ONLY and device != "cuda":
+                            continue
+                        row = latency(
+                            size, device, n, args.calls, args.warmup, variant, args.kernels, precision
+                        )
+                        rows.append(row)
+                        print(json.dumps(rows[-1]), flush=True)
     result = {
         "benchmark": "tdmpc2_plan_latency",
-        "what": "ms per act() call: encode + full MPPI plan, eager, warm-up excluded",
+        "what": "ms per act() call: encode + full MPPI plan, warm-up excluded",
+        "command": relative_paths(command_line()),
         "machine": machine_info(),
         "cpu_threads": torch.get_num_threads(),
         "device_names": {
