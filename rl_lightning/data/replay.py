@@ -11,6 +11,7 @@ from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
+from rl_lightning.data.slices import InterleavedSliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
 
 __all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_device", "resolve_replay"]
@@ -119,7 +120,8 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
         cfg: the replay config.
         interleaved: the steps of one trajectory are not adjacent in storage (several envs write one
             step each per collection). With ``slice_len`` the sampler then rebuilds trajectories from the
-            traj ids and ``step_count`` (TorchRL's fragmented mode) instead of from storage adjacency.
+            traj ids and ``step_count`` (TorchRL's fragmented mode, with the index kept sorted across writes:
+            :class:`~rl_lightning.data.slices.InterleavedSliceSampler`) instead of from storage adjacency.
     """
     device = resolve_device(cfg.device)
     storage = DirectTensorStorage(cfg.capacity, device=device)
@@ -133,8 +135,13 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
                 f"replay.batch_size ({cfg.batch_size}) must be a multiple of "
                 f"replay.slice_len ({cfg.slice_len})."
             )
-        fragmented = {"fragmented": True, "step_key": "step_count"} if interleaved else {}
-        sampler = SliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True, **fragmented)
+        if interleaved:
+            sampler = InterleavedSliceSampler(
+                slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True, fragmented=True,
+                step_key="step_count",
+            )  # fmt: skip
+        else:
+            sampler = SliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True)
     else:
         sampler = RandomSampler()
     return TensorDictReplayBuffer(

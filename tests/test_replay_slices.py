@@ -1,0 +1,133 @@
+"""InterleavedSliceSampler: TorchRL's fragmented SliceSampler with an index kept sorted across writes.
+
+Each test writes the same data into a buffer with TorchRL's sampler and one with ours, and checks that the
+index's runs and the samples drawn with the same random state are equal, through overwrites of a full
+ring buffer, episode ends, empty writes, a checkpoint round trip and ids that do not fit a sort key.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import SliceSampler
+
+from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
+from rl_lightning.data.slices import InterleavedSliceSampler
+from rl_lightning.data.storage import DirectTensorStorage
+
+
+class _Envs:
+    """``num_envs`` envs stepping together; episodes of random lengths, one trajectory id per episode."""
+
+    def __init__(self, num_envs: int, seed: int, first_id: int = 0) -> None:
+        self.gen = torch.Generator().manual_seed(seed)
+        self.num_envs = num_envs
+        self.next_id = first_id + num_envs
+        self.traj = torch.arange(first_id, first_id + num_envs)
+        self.step = torch.zeros(num_envs, dtype=torch.int64)
+
+    def rows(self, steps: int) -> TensorDict:
+        """``[num_envs * steps]`` rows, env-major, as the data module writes a ``[num_envs, T]`` batch."""
+        traj = torch.empty(self.num_envs, steps, dtype=torch.int64)
+        step = torch.empty_like(traj)
+        done = torch.empty(self.num_envs, steps, dtype=torch.bool)
+        for t in range(steps):
+            traj[:, t], step[:, t] = self.traj, self.step
+            done[:, t] = torch.rand(self.num_envs, generator=self.gen) < 0.15
+            for e in done[:, t].nonzero().flatten().tolist():
+                self.traj[e], self.step[e] = self.next_id, -1
+                self.next_id += 1
+            self.step += 1
+        n = self.num_envs * steps
+        return TensorDict(
+            {
+                "observation": torch.randn(n, 3, generator=self.gen),
+                "step_count": step.reshape(n, 1),
+                "collector": {"traj_ids": traj.reshape(n)},
+                "next": {"done": done.reshape(n, 1), "terminated": done.reshape(n, 1)},
+            },
+            [n],
+        )
+
+
+def _buffer(sampler_cls: type, capacity: int, slice_len: int = 3, batch: int = 12) -> TensorDictReplayBuffer:
+    sampler = sampler_cls(
+        slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True, fragmented=True, step_key="step_count"
+    )
+    return TensorDictReplayBuffer(storage=DirectTensorStorage(capacity), sampler=sampler, batch_size=batch)
+
+
+def _assert_same(stock: TensorDictReplayBuffer, ours: TensorDictReplayBuffer, seed: int) -> None:
+    torch.manual_seed(seed)
+    expected, expected_info = stock.sample(return_info=True)
+    torch.manual_seed(seed)
+    got, info = ours.sample(return_info=True)
+    runs = stock.sampler._fragmented_index.runs(), ours.sampler._fragmented_index.runs()
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(expected_info["index"], info["index"], strict=True):
+        assert torch.equal(a, b)
+    assert (expected == got).all()
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "max_steps", "capacity"),
+    [(1, 4, 40), (3, 4, 40), (8, 30, 300)],  # the last: writes large enough for the masked merge
+)
+def test_samples_equal_torchrl_fragmented_sampler_through_overwrites(
+    num_envs: int, max_steps: int, capacity: int
+) -> None:
+    stock, ours = _buffer(SliceSampler, capacity), _buffer(InterleavedSliceSampler, capacity)
+    envs = _Envs(num_envs, seed=num_envs)
+    gen = torch.Generator().manual_seed(7)
+    for i in range(60):  # several times the capacity: every slot is overwritten several times
+        rows = envs.rows(int(torch.randint(1, max_steps + 1, (1,), generator=gen)))
+        stock.extend(rows)
+        ours.extend(rows)
+        _assert_same(stock, ours, seed=i)
+    assert ours.sampler._fragmented_index._sorted_keys is not None  # the incremental path was the one used
+
+
+def test_samples_equal_after_a_checkpoint_round_trip_and_empty() -> None:
+    stock, ours = _buffer(SliceSampler, 30), _buffer(InterleavedSliceSampler, 30)
+    envs = _Envs(2, seed=3)
+    for _ in range(12):
+        rows = envs.rows(2)
+        stock.extend(rows)
+        ours.extend(rows)
+    state = ours.state_dict()
+    restored = _buffer(InterleavedSliceSampler, 30)
+    restored.load_state_dict(state)
+    _assert_same(stock, restored, seed=1)
+    for _ in range(5):  # writes after the restore go through the incremental path again
+        rows = envs.rows(3)
+        stock.extend(rows)
+        restored.extend(rows)
+        _assert_same(stock, restored, seed=2)
+    stock.empty()
+    ours.empty()
+    rows = envs.rows(4)
+    stock.extend(rows)
+    ours.extend(rows)
+    _assert_same(stock, ours, seed=3)
+
+
+def test_ids_that_do_not_fit_a_key_use_torchrl_runs() -> None:
+    stock, ours = _buffer(SliceSampler, 30), _buffer(InterleavedSliceSampler, 30)
+    envs = _Envs(2, seed=5, first_id=1 << 40)
+    for i in range(8):
+        rows = envs.rows(4)
+        stock.extend(rows)
+        ours.extend(rows)
+        _assert_same(stock, ours, seed=i)
+    assert ours.sampler._fragmented_index._sorted_keys is None
+
+
+def test_replay_of_interleaved_envs_uses_it() -> None:
+    cfg = ReplayConfig(capacity=100, batch_size=6, slice_len=3, device="cpu")
+    assert type(make_replay_buffer(cfg, interleaved=True).sampler) is InterleavedSliceSampler
+    assert type(make_replay_buffer(cfg).sampler) is SliceSampler
+    with pytest.raises(ValueError, match="fragmented=True"):
+        InterleavedSliceSampler(slice_len=3, traj_key=TRAJ_KEY)
