@@ -10,6 +10,21 @@ parts keep the cost they have in a plain run, including what each loses to the o
 (compare with the same parts timed alone, for example ``benchmarks/replay_storage.py``). Writes
 ``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each
 part, and per frame.
+
+Two more parts are timed where they are called, so they stay measured when callbacks replace the module's
+hot paths (compile, CUDA graphs: a replayed graph runs no Python, so the ``update`` timer, which wraps the
+method itself, sees only the calls before capture): ``act``, the collector's call of the acting policy
+(inside ``collection``), and ``training_step``, one item of the experience stream: its collections, their
+``add_frames``, the replay samples and the updates (the updates' share is ``training_step`` minus the
+other three).
+
+On a GPU, ``--sync`` synchronises the device at the end of each timed part, so each part's time includes
+its own device work (the run loses the overlap of host and device work it otherwise has), and
+``--from-frames N`` counts only from the first collection that brings the run to ``N`` frames, leaving out
+warm-up and compilation:
+
+    python benchmarks/fit_parts.py +experiment=tdmpc2_hockey callbacks=fast device=cuda logger=none \
+        total_frames=2500 collect.warmup_frames=300 --sync --from-frames 1500
 """
 
 from __future__ import annotations
@@ -22,12 +37,26 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from _common import experiment_of, override_value, write
 
 SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
 DEPTH: Counter[str] = Counter()  # a method calling its parent's counts once
+#: ``counting``: whether the timers add up yet (``--from-frames``); ``sync``: synchronise CUDA at each
+#: part's end (``--sync``); ``first_frame``: the frame count when counting began.
+STATE: dict[str, Any] = {"counting": True, "sync": False, "first_frame": 0}
+
+
+def _end() -> float:
+    """The time a part ends: after the device's queued work, with ``--sync`` on CUDA."""
+    if STATE["sync"]:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def timed(owner: type, name: str, part: str) -> None:
@@ -39,12 +68,14 @@ def timed(owner: type, name: str, part: str) -> None:
         if DEPTH[part]:
             return function(*args, **kwargs)
         DEPTH[part] += 1
+        counted = STATE["counting"]  # a call that began before counting did is left out whole
         start = time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
-            SECONDS[part] += time.perf_counter() - start
-            CALLS[part] += 1
+            if counted:
+                SECONDS[part] += _end() - start
+                CALLS[part] += 1
             DEPTH[part] -= 1
 
     setattr(owner, name, wrapper)
@@ -58,17 +89,34 @@ def timed_items(owner: type, name: str, part: str) -> None:
     def wrapper(*args, **kwargs):
         items = function(*args, **kwargs)
         while True:
+            counted = STATE["counting"]
             start = time.perf_counter()
             try:
                 item = next(items)
             except StopIteration:
                 return
             finally:
-                SECONDS[part] += time.perf_counter() - start
-            CALLS[part] += 1
+                if counted:
+                    SECONDS[part] += _end() - start
+            if counted:
+                CALLS[part] += 1
             yield item
 
     setattr(owner, name, wrapper)
+
+
+def start_counting_at(owner: type, frames: int) -> None:
+    """Turns the timers on after the ``add_frames`` call that brings the run to ``frames`` frames."""
+    function = owner.add_frames
+
+    @functools.wraps(function)
+    def wrapper(self, *args, **kwargs):
+        out = function(self, *args, **kwargs)
+        if not STATE["counting"] and self.frames >= frames:
+            STATE.update(counting=True, first_frame=self.frames)
+        return out
+
+    owner.add_frames = wrapper
 
 
 def main() -> None:
@@ -77,7 +125,10 @@ def main() -> None:
         "overrides", nargs="*", default=["+experiment=sac_pendulum", "seed=0", "total_frames=4000"]
     )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_fit_parts")
+    parser.add_argument("--sync", action="store_true", help="synchronise CUDA at the end of each part")
+    parser.add_argument("--from-frames", type=int, default=0, help="count from this many frames on")
     args = parser.parse_args()
+    STATE.update(counting=args.from_frames <= 0, sync=args.sync)
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(tempfile.mkdtemp(dir=args.out))  # a new run directory and MLflow store, as a first run has
 
@@ -85,10 +136,13 @@ def main() -> None:
 
     import rl_lightning.cli as cli
     from rl_lightning.algos.base import RLModule
-    from rl_lightning.data.datamodule import RLDataModule, UpdateRound
+    from rl_lightning.data.datamodule import RLDataModule, UpdateRound, _Policy
 
     timed_items(Collector, "iterator", "collection")
     timed(RLDataModule, "add_frames", "add_frames")
+    start_counting_at(RLDataModule, args.from_frames)
+    timed(_Policy, "__call__", "act")
+    timed(RLModule, "training_step", "training_step")
     timed_items(UpdateRound, "_samples", "replay_sample")
     import rl_lightning.algos  # noqa: F401  (every algorithm's class)
 
@@ -104,7 +158,7 @@ def main() -> None:
     if code:
         sys.exit(code)
     frames = override_value(args.overrides, "total_frames")
-    frames = None if frames is None else int(frames)
+    frames = None if frames is None else int(frames) - STATE["first_frame"]
     parts = {
         part: {
             "seconds": round(SECONDS[part], 3),
@@ -112,9 +166,15 @@ def main() -> None:
             "us_per_call": round(1e6 * SECONDS[part] / max(CALLS[part], 1), 1),
             **({"us_per_frame": round(1e6 * SECONDS[part] / frames, 1)} if frames else {}),
         }
-        for part in ("update", "collection", "add_frames", "replay_sample")
+        for part in ("update", "collection", "act", "add_frames", "replay_sample", "training_step")
     }
-    figures = {"overrides": args.overrides, "wall_s": round(wall, 1), "parts": parts}
+    figures = {
+        "overrides": args.overrides,
+        "sync": args.sync,
+        "counted_from_frame": STATE["first_frame"],
+        "wall_s": round(wall, 1),
+        "parts": parts,
+    }
     path = write(f"fit_parts_{experiment_of(args.overrides)}", figures)
     for part, figures in parts.items():
         seconds, calls, per_call = figures["seconds"], figures["calls"], figures["us_per_call"]

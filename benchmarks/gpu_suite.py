@@ -15,6 +15,10 @@ Steps, each a subprocess with its own time limit:
 3. The figures the project tracks, read from those benches: TD-MPC2's plan latency (its ``act``: the
    whole MPPI plan) eager vs compiled vs CUDA-graphed, hockey TD-MPC2 frames/s with ``fast``, SAC's
    updates/s with compile + CUDA graphs against eager, and the peak GPU memory of each.
+4. On CUDA, with budget left and TD-MPC2 among ``--algos``: where a frame of hockey TD-MPC2 with ``fast``
+   goes, ``benchmarks/fit_parts.py --sync`` from frame 1200 of 2100 (acting, the rest of the collection,
+   ``add_frames``, replay samples, updates; each part with its device work). Optional: the budget may
+   leave it out.
 
 It writes ``benchmarks/results/gpu_suite_<device>.json`` with the device's name and exits 1 if a GPU test
 failed, a bench run failed, or a step ran out of time. Without CUDA (or with ``--cpu``) it runs the same
@@ -174,6 +178,34 @@ def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str,
     return figures
 
 
+#: Step 4: a short hockey TD-MPC2 fit with ``fast``, its parts timed from frame 1200 on (after compiling).
+PARTS_ARGS = [
+    "+experiment=tdmpc2_hockey", "callbacks=fast", "device=cuda", "logger=none", "total_frames=2100",
+    "collect.warmup_frames=300", "eval.episodes=1", "eval.variants={}", "--sync", "--from-frames", "1200",
+]  # fmt: skip
+
+
+def parts_step(steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list) -> None:
+    """Step 4: ``fit_parts.py --sync`` of hockey TD-MPC2 with ``fast``: ms per frame of each part."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "fit_parts.py"), *PARTS_ARGS, "--out", str(workdir)]
+    if limit < 150:  # compiling alone takes about two minutes on an H200
+        steps["tdmpc2_parts"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
+        return
+    result = RESULTS / "fit_parts_tdmpc2_hockey.json"
+    result.unlink(missing_ok=True)
+    step = run_step("tdmpc2 parts", cmd, limit, env, workdir / "tdmpc2_parts.log")
+    if result.exists():
+        parts = json.loads(result.read_text())["parts"]
+        step["ms_per_frame"] = {
+            k: round(v["us_per_frame"] / 1e3, 3) for k, v in parts.items() if "us_per_frame" in v
+        }
+    elif step["status"] == "ok":
+        step["status"] = "failed: no results"
+    if step["status"].startswith("failed"):  # out of time is the budget's doing: the step is optional
+        failed.append(f"tdmpc2 parts: {step['status']}")
+    steps["tdmpc2_parts"] = step
+
+
 def bench_plan(algos: list[str], variants: list[str] | None, cuda: bool) -> list[tuple[str, list[str], bool]]:
     """``(algo, variants, optional)`` in the order the benches run; the budget may stop an optional one.
 
@@ -318,6 +350,10 @@ def main() -> int:
         else:
             failed.append(f"bench {tag}: {step['status']}, no results")
         steps[f"bench_{tag}"] = step
+        write()
+
+    if cuda and "tdmpc2" in algos:
+        parts_step(steps, workdir, env, left(args.timeout), failed)
         write()
 
     write()
