@@ -175,6 +175,22 @@ def test_one_frame_writes_and_reads_take_the_direct_path(monkeypatch):
     assert direct.sample().batch_size == torch.Size([8])
 
 
+def test_slice_samples_read_through_the_direct_path(monkeypatch):
+    # SliceSampler indexes the storage with a tuple of one index tensor, for its own read and the buffer's.
+    _, direct = buffers(64, SliceSampler, slice_len=4, traj_key=("collector", "traj_ids"))
+    for i in range(4):
+        direct.extend(frames(8, seed=i, traj=i))
+    lazy_get = LazyTensorStorage.get
+
+    def get(self, index):  # the sampler's whole-storage view (``storage[:]``) stays LazyTensorStorage's
+        if not isinstance(index, slice):
+            raise AssertionError("LazyTensorStorage's path taken")
+        return lazy_get(self, index)
+
+    monkeypatch.setattr(LazyTensorStorage, "get", get)
+    assert direct.sample().batch_size == torch.Size([8])
+
+
 def test_a_list_of_tensordicts_is_written_as_lazy_tensor_storage_writes_it():
     lazy, direct = buffers(20)
     for rb in (lazy, direct):

@@ -8,7 +8,8 @@ several times the copies themselves on a CPU.
 
 :class:`DirectTensorStorage` is a ``LazyTensorStorage`` whose ``set`` and ``get`` copy each leaf directly
 (``leaf[index] = value``, ``leaf[index]``) when the data is a plain ``TensorDict`` with exactly the
-storage's keys, and each entry the dtype, device and trailing shape of its leaf, at a 1-D ``int64`` index:
+storage's keys, and each entry the dtype, device and trailing shape of its leaf, at a 1-D ``int64`` index
+(or a tuple of one, as ``SliceSampler`` reads its slices):
 the same copies as TorchRL's, so the same contents and samples (``tests/test_replay_storage.py``). Anything
 else (a first write, which allocates the storage; other keys, dtypes or shapes, lazy stacks, slices,
 multi-dimensional storages) goes to ``LazyTensorStorage`` unchanged. The buffer, its writer, its sampler
@@ -111,6 +112,8 @@ class DirectTensorStorage(LazyTensorStorage):
         self._bump_mutation_revision()
 
     def get(self, index: Any) -> Any:
+        if type(index) is tuple and len(index) == 1 and self._storage.batch_dims == 1:
+            index = index[0]  # samplers index a 1-D storage with a tuple of one tensor (SliceSampler)
         if self._direct(index):
             # Indexed within the written part, as LazyTensorStorage does: a negative index counts from the
             # last written entry and one past it raises.
