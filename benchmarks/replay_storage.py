@@ -3,7 +3,10 @@
 Two ``TensorDictReplayBuffer`` with uniform sampling over 1M transitions of Pendulum's shapes (the keys SAC
 stores: observation, action, next observation, reward, terminated), filled with 20k of them; then, in
 alternating blocks in one process, one-frame ``extend`` calls (SAC's write of each collected frame) and
-``[256]`` ``sample`` calls (each update's read), the best block of each kept. One torch thread.
+``[256]`` ``sample`` calls (each update's read), the best block of each kept. One torch thread. Then the
+same for sub-trajectory samples (TorchRL's ``SliceSampler``, TD-MPC2's ``[256 x 3]`` steps) over 20k
+transitions in episodes of 251 steps: the sampler reads the sampled steps' done flags and the buffer the
+sample, each at a tuple of one index tensor.
 
     python benchmarks/replay_storage.py [--calls 2000] [--blocks 5]
 
@@ -19,11 +22,12 @@ import torch
 from _common import write
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import RandomSampler
+from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
 from rl_lightning.data.storage import DirectTensorStorage
 
 CAPACITY, FILLED, BATCH = 1_000_000, 20_000, 256
+SLICE_LEN, EPISODE = 3, 251
 STORAGES = {"lazy_tensor_storage": LazyTensorStorage, "direct_tensor_storage": DirectTensorStorage}
 
 
@@ -79,16 +83,40 @@ def main() -> None:
             sample[name].append(per_call_us(rb.sample, args.calls))
     best_extend = {name: min(v) for name, v in extend.items()}
     best_sample = {name: min(v) for name, v in sample.items()}
+    slices = {
+        name: TensorDictReplayBuffer(
+            storage=cls(CAPACITY),
+            sampler=SliceSampler(slice_len=SLICE_LEN, traj_key=("collector", "traj_ids"), strict_length=True),
+            batch_size=BATCH * SLICE_LEN,
+        )
+        for name, cls in STORAGES.items()
+    }
+    episodes = transitions(FILLED, seed=0)
+    episodes.set(("collector", "traj_ids"), torch.arange(FILLED) // EPISODE)
+    slice_sample = {name: [] for name in slices}
+    for rb in slices.values():
+        rb.extend(episodes)
+        for _ in range(20):
+            rb.sample()
+    for _ in range(args.blocks):
+        for name, rb in slices.items():
+            slice_sample[name].append(per_call_us(rb.sample, max(1, args.calls // 10)))
+    best_slice = {name: min(v) for name, v in slice_sample.items()}
     result = {
         "one_frame_extend_us": best_extend,
         "sample_256_us": best_sample,
         "extend_ratio": best_extend["direct_tensor_storage"] / best_extend["lazy_tensor_storage"],
         "sample_ratio": best_sample["direct_tensor_storage"] / best_sample["lazy_tensor_storage"],
+        "slice_sample_256x3_us": best_slice,
+        "slice_sample_ratio": best_slice["direct_tensor_storage"] / best_slice["lazy_tensor_storage"],
         "settings": vars(args) | {"capacity": CAPACITY, "filled": FILLED, "batch": BATCH, "threads": 1},
     }
     path = write("replay_storage", result)
     for name in buffers:
-        print(f"{name:22s} extend {best_extend[name]:6.1f} us   sample {best_sample[name]:6.1f} us")
+        print(
+            f"{name:22s} extend {best_extend[name]:6.1f} us   sample {best_sample[name]:6.1f} us   "
+            f"slice sample {best_slice[name]:6.1f} us"
+        )
     print(path)
 
 
