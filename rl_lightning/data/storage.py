@@ -112,8 +112,8 @@ class DirectTensorStorage(LazyTensorStorage):
         self._bump_mutation_revision()
 
     def get(self, index: Any) -> Any:
-        if type(index) is tuple and len(index) == 1 and self._storage.batch_dims == 1:
-            index = index[0]  # samplers index a 1-D storage with a tuple of one tensor (SliceSampler)
+        if type(index) is tuple and len(index) == 1 and self._direct(index[0]):
+            index = index[0]  # SliceSampler indexes a 1-D storage with a tuple of one tensor
         if self._direct(index):
             # Indexed within the written part, as LazyTensorStorage does: a negative index counts from the
             # last written entry and one past it raises.
