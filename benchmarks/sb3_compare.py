@@ -21,9 +21,10 @@ Recipes (both sides):
   of 128 updates. Stable-Baselines3's DQN always trains on the Huber loss, so the project's side runs with
   ``algo.loss=smooth_l1`` (the experiment's is the squared error). Its ``target_update_interval=10`` counts
   environment steps: it copies during collection, so its target stays fixed through each round of updates.
-  The project's side therefore runs with ``algo.hard_update_every=128`` (a copy every 128 updates, 12 updates
-  before the end of each round) instead of the experiment's every-10-updates copy, which reaches higher final
-  evaluations on its own (``dqn_cartpole.json``).
+  The project's side therefore runs with ``algo.hard_update_every=128`` instead of the experiment's
+  every-10-updates copy, which reaches higher final evaluations on its own (``dqn_cartpole.json``): the
+  random frames fill whole collections (1024), so each round is 128 updates and the copy falls at the end of
+  each round, where Stable-Baselines3's next collection makes its own.
 - ``sac_pendulum``: 20k frames, lr 1e-3, batch 256, buffer 1M, 100 random frames, one update per frame,
   tau 0.005, gamma 0.99, automatic entropy, [256, 256] nets.
 
