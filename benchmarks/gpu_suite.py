@@ -17,8 +17,8 @@ Steps, each a subprocess with its own time limit:
    updates/s with compile + CUDA graphs against eager, and the peak GPU memory of each.
 4. On CUDA, with budget left and TD-MPC2 among ``--algos``: where a frame of hockey TD-MPC2 with ``fast``
    goes, ``benchmarks/fit_parts.py --sync`` from frame 1200 of 2100 (acting, the rest of the collection,
-   ``add_frames``, replay samples, updates; each part with its device work). Optional: the budget may
-   leave it out.
+   ``add_frames``, replay samples, updates; each part with its device work). It runs after the tracked
+   benches and before the optional ablation passes; the budget may leave it out.
 
 It writes ``benchmarks/results/gpu_suite_<device>.json`` with the device's name and exits 1 if a GPU test
 failed, a bench run failed, or a step ran out of time. Without CUDA (or with ``--cpu``) it runs the same
@@ -321,7 +321,12 @@ def main() -> int:
         steps["pytest_gpu"] = step
         write()
 
+    parts_due = cuda and "tdmpc2" in algos  # step 4, before the optional ablation passes
     for algo, names, optional in plan:
+        if optional and parts_due:
+            parts_step(steps, workdir, env, left(args.timeout), failed)
+            parts_due = False
+            write()
         gpu_args, cpu_args = BENCHES[algo]
         tag = f"{algo}_ablation" if optional else algo
         bench_out = workdir / f"bench_{tag}_{device}.json"
@@ -352,7 +357,7 @@ def main() -> int:
         steps[f"bench_{tag}"] = step
         write()
 
-    if cuda and "tdmpc2" in algos:
+    if parts_due:
         parts_step(steps, workdir, env, left(args.timeout), failed)
         write()
 
