@@ -125,3 +125,30 @@ def test_offline_runner_refuses_in_one_line_without_a_folder_or_wheels(args, tmp
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("gpu_offline: ") and ("DIR" in line if not args else ".whl/" in line)
+
+
+def test_the_parts_step_reads_fit_parts_ms_per_frame(suite, tmp_path: Path, monkeypatch) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(suite, "RESULTS", results)
+    calls = []
+
+    def run_step(name, cmd, timeout_s, env, log):
+        calls.append(cmd)
+        parts = {"act": {"us_per_frame": 2210.0}, "update": {"seconds": 1.0}}  # no per-frame figure: left out
+        (results / "fit_parts_tdmpc2_hockey.json").write_text(suite.json.dumps({"parts": parts}))
+        return {"command": " ".join(cmd), "status": "ok"}
+
+    monkeypatch.setattr(suite, "run_step", run_step)
+    steps, failed = {}, []
+    suite.parts_step(steps, tmp_path, {}, 200.0, failed)
+    assert steps["tdmpc2_parts"]["ms_per_frame"] == {"act": 2.21}
+    assert failed == []
+    assert "--sync" in calls[0] and "callbacks=fast" in calls[0] and "device=cuda" in calls[0]
+
+    # Too little budget: not run and not a failure; a run that leaves no results: a failure.
+    suite.parts_step(steps, tmp_path, {}, 100.0, failed)
+    assert steps["tdmpc2_parts"]["status"] == "not run: --budget spent" and failed == []
+    monkeypatch.setattr(suite, "run_step", lambda *a: {"command": "", "status": "ok"})
+    suite.parts_step(steps, tmp_path, {}, 200.0, failed)
+    assert steps["tdmpc2_parts"]["status"] == "failed: no results" and len(failed) == 1
