@@ -1,4 +1,5 @@
-"""InterleavedSliceSampler: TorchRL's fragmented SliceSampler with an index kept sorted across writes.
+"""The slice samplers: TrajectorySliceSampler (TorchRL's SliceSampler reading only the flags it needs) and
+InterleavedSliceSampler (its fragmented mode with an index kept sorted across writes).
 
 Each test writes the same data into a buffer with TorchRL's sampler and one with ours, and checks that the
 index's runs and the samples drawn with the same random state are equal, through overwrites of a full
@@ -14,7 +15,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SliceSampler
 
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
-from rl_lightning.data.slices import InterleavedSliceSampler
+from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
 
 
@@ -52,10 +53,11 @@ class _Envs:
         )
 
 
-def _buffer(sampler_cls: type, capacity: int, slice_len: int = 3, batch: int = 12) -> TensorDictReplayBuffer:
-    sampler = sampler_cls(
-        slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True, fragmented=True, step_key="step_count"
-    )
+def _buffer(
+    sampler_cls: type, capacity: int, slice_len: int = 3, batch: int = 12, fragmented: bool = True
+) -> TensorDictReplayBuffer:
+    mode = {"fragmented": True, "step_key": "step_count"} if fragmented else {}
+    sampler = sampler_cls(slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode)
     return TensorDictReplayBuffer(storage=DirectTensorStorage(capacity), sampler=sampler, batch_size=batch)
 
 
@@ -64,11 +66,16 @@ def _assert_same(stock: TensorDictReplayBuffer, ours: TensorDictReplayBuffer, se
     expected, expected_info = stock.sample(return_info=True)
     torch.manual_seed(seed)
     got, info = ours.sample(return_info=True)
-    runs = stock.sampler._fragmented_index.runs(), ours.sampler._fragmented_index.runs()
-    for a, b in zip(*runs, strict=True):
-        assert torch.equal(a, b)
-    for a, b in zip(expected_info["index"], info["index"], strict=True):
-        assert torch.equal(a, b)
+    if stock.sampler.fragmented:
+        runs = stock.sampler._fragmented_index.runs(), ours.sampler._fragmented_index.runs()
+        for a, b in zip(*runs, strict=True):
+            assert torch.equal(a, b)
+    assert expected_info.keys() == info.keys()
+    for key, value in expected_info.items():  # the index (a tuple of tensors) and the flags
+        pairs = zip(value, info[key], strict=True) if isinstance(value, tuple) else [(value, info[key])]
+        for a, b in pairs:
+            assert torch.equal(a, b)
+    assert set(expected.keys(True, True)) == set(got.keys(True, True))
     assert (expected == got).all()
 
 
@@ -128,6 +135,25 @@ def test_ids_that_do_not_fit_a_key_use_torchrl_runs() -> None:
 def test_replay_of_interleaved_envs_uses_it() -> None:
     cfg = ReplayConfig(capacity=100, batch_size=6, slice_len=3, device="cpu")
     assert type(make_replay_buffer(cfg, interleaved=True).sampler) is InterleavedSliceSampler
-    assert type(make_replay_buffer(cfg).sampler) is SliceSampler
+    assert type(make_replay_buffer(cfg).sampler) is TrajectorySliceSampler
     with pytest.raises(ValueError, match="fragmented=True"):
         InterleavedSliceSampler(slice_len=3, traj_key=TRAJ_KEY)
+
+
+@pytest.mark.parametrize("is_init", [False, True])
+def test_adjacent_steps_sample_as_torchrl_slice_sampler(is_init: bool) -> None:
+    """One env's steps, adjacent in storage: the same samples and info (done, terminated, truncated and,
+    when stored, is_init marking each slice's start) through the ring buffer's overwrites."""
+    stock = _buffer(SliceSampler, 40, fragmented=False)
+    ours = _buffer(TrajectorySliceSampler, 40, fragmented=False)
+    envs = _Envs(1, seed=11)
+    for i in range(40):
+        rows = envs.rows(3)
+        if is_init:
+            rows.set("is_init", rows.get("step_count") == 0)
+        stock.extend(rows)
+        ours.extend(rows)
+        if i >= 2:
+            _assert_same(stock, ours, seed=i)
+    if is_init:
+        assert "is_init" in ours.sample().keys()

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 from torchrl.data import TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
+from torchrl.data.replay_buffers.samplers import RandomSampler
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
-from rl_lightning.data.slices import InterleavedSliceSampler
+from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
 
 __all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_device", "resolve_replay"]
@@ -141,7 +141,7 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
                 step_key="step_count",
             )  # fmt: skip
         else:
-            sampler = SliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True)
+            sampler = TrajectorySliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True)
     else:
         sampler = RandomSampler()
     return TensorDictReplayBuffer(
