@@ -1,4 +1,5 @@
-"""Slices of interleaved trajectories without a sort of the whole buffer per sample.
+"""The replay's slice samplers: TorchRL's ``SliceSampler`` reading less per sample, and its fragmented mode
+without a sort of the whole buffer per sample.
 
 When several envs write one step each per collection, a trajectory's steps are not adjacent in storage, and
 TorchRL's ``SliceSampler`` (``fragmented=True``) rebuilds them from the trajectory ids and step counts: its
