@@ -120,33 +120,36 @@ def _rows(batch: TensorDictBase, keys: Sequence[Any] | None) -> TensorDictBase:
     """
     rows = None
     if type(batch) is TensorDict:
-        rows = _plain_rows(batch, keys if keys is not None else _leaf_paths(batch, ()))
+        if keys is None:
+            rows = _whole_rows(batch, batch.numel(), batch.batch_dims)
+        else:
+            rows = _plain_rows(batch, keys)
     if rows is None:
         rows = (batch if keys is None else batch.select(*keys, strict=False)).reshape(-1)
     return rows
 
 
-def _leaf_paths(td: TensorDict, prefix: tuple[str, ...]) -> list[tuple[str, ...]] | None:
-    """The paths of ``td``'s leaves; ``None`` where an entry is not a tensor or a plain ``TensorDict``."""
-    paths: list[tuple[str, ...]] = []
+def _whole_rows(td: TensorDict, rows: int, lead: int) -> TensorDict | None:
+    """``td.reshape(-1)`` for the leading ``lead`` dims, in one walk of views of its leaves; ``None`` where
+    an entry is not a tensor or a plain ``TensorDict``."""
+    entries: dict[str, Any] = {}
     for name, value in td._tensordict.items():
         if type(value) is TensorDict:
-            below = _leaf_paths(value, (*prefix, name))
-            if below is None:
+            value = _whole_rows(value, rows, lead)
+            if value is None:
                 return None
-            paths += below
         elif type(value) is torch.Tensor:
-            paths.append((*prefix, name))
+            value = value.reshape(rows, *value.shape[lead:])
         else:
             return None
-    return paths
+        entries[name] = value
+    batch_size = torch.Size([rows, *td.batch_size[lead:]])  # a nested entry keeps its own dims
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=td.device)
 
 
-def _plain_rows(batch: TensorDict, keys: Sequence[Any] | None) -> TensorDict | None:
+def _plain_rows(batch: TensorDict, keys: Sequence[Any]) -> TensorDict | None:
     """:func:`_rows` from views of ``batch``'s leaves; ``None`` where a key's path meets something other
-    than a plain ``TensorDict`` or a tensor (``keys=None``: where any entry does)."""
-    if keys is None:
-        return None
+    than a plain ``TensorDict`` or a tensor."""
     rows, lead = batch.numel(), batch.batch_dims
     tree: dict[str, Any] = {}
     for key in keys:

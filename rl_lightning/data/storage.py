@@ -112,12 +112,12 @@ class DirectTensorStorage(LazyTensorStorage):
         self._bump_mutation_revision()
 
     def get(self, index: Any) -> Any:
-        if type(index) is tuple and len(index) == 1 and self._direct(index[0]):
-            index = index[0]  # SliceSampler indexes a 1-D storage with a tuple of one tensor
-        if self._direct(index):
+        # SliceSampler indexes a 1-D storage with a tuple of one tensor.
+        rows = index[0] if type(index) is tuple and len(index) == 1 else index
+        if self._direct(rows):
             # Indexed within the written part, as LazyTensorStorage does: a negative index counts from the
             # last written entry and one past it raises.
-            out = _gather(self._storage, index, None if self._is_full else self._len_along_dim0)
+            out = _gather(self._storage, rows, None if self._is_full else self._len_along_dim0)
             if out is not None:
                 return out
         return super().get(index)
