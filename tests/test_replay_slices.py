@@ -8,12 +8,15 @@ ring buffer, episode ends, empty writes, a checkpoint round trip and ids that do
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SliceSampler
 
+from rl_lightning.data import slices
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
@@ -157,3 +160,100 @@ def test_adjacent_steps_sample_as_torchrl_slice_sampler(is_init: bool) -> None:
             _assert_same(stock, ours, seed=i)
     if is_init:
         assert "is_init" in ours.sample().keys()
+
+
+def _stock_ends(buffer: TensorDictReplayBuffer) -> tuple[torch.Tensor, ...]:
+    """TorchRL's trajectory boundaries of ``buffer``'s storage: a pass over every stored id."""
+    return SliceSampler._get_stop_and_length(buffer.sampler, buffer.storage)
+
+
+def _assert_ends(buffer: TensorDictReplayBuffer) -> None:
+    got, expected = buffer.sampler._get_stop_and_length(buffer.storage), _stock_ends(buffer)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+
+
+def _one_trajectory(traj_id: int, steps: int) -> TensorDict:
+    """``steps`` rows of one trajectory that does not end."""
+    return TensorDict(
+        {
+            "observation": torch.randn(steps, 3),
+            "step_count": torch.arange(steps).unsqueeze(-1),
+            "collector": {"traj_ids": torch.full((steps,), traj_id)},
+            "next": {
+                "done": torch.zeros(steps, 1, dtype=torch.bool),
+                "terminated": torch.zeros(steps, 1, dtype=torch.bool),
+            },
+        },
+        [steps],
+    )
+
+
+@pytest.mark.parametrize("capacity", [37, 64, 300])
+def test_adjacent_trajectory_ends_kept_across_writes_equal_torchrl(capacity: int, monkeypatch) -> None:
+    """One env: the ends kept across writes are TorchRL's from a pass over the buffer after every write
+    (filling, at capacity with the last written slot marked, overwrites across the ring's end, several
+    writes between samples, small and large writes), and only the first sample reads the whole buffer."""
+    rebuilds = []
+    rebuild = slices._AdjacentEnds._rebuild
+    monkeypatch.setattr(
+        slices._AdjacentEnds, "_rebuild", lambda self, *a: rebuilds.append(1) or rebuild(self, *a)
+    )
+    ours = _buffer(TrajectorySliceSampler, capacity, fragmented=False)
+    envs = _Envs(1, seed=capacity)
+    gen = torch.Generator().manual_seed(1)
+    ours.extend(envs.rows(5))
+    for i in range(80):  # several times the capacity
+        for _ in range(int(torch.randint(1, 4, (1,), generator=gen))):
+            ours.extend(envs.rows(int(torch.randint(1, 9, (1,), generator=gen))))
+        if i % 10 == 9:  # a large write (over 64 rows with the largest capacity)
+            ours.extend(envs.rows(capacity * 2 // 5))
+        _assert_ends(ours)
+    assert ours.storage._is_full and len(rebuilds) == 1
+    for steps in (capacity - 1, 1, 2):  # one trajectory over the whole ring: only the cursor marks an end
+        ours.extend(_one_trajectory(10_000, steps))
+        _assert_ends(ours)
+    assert len(rebuilds) == 1
+
+
+def test_adjacent_trajectory_ends_rebuilt_after_other_changes(monkeypatch) -> None:
+    """Changes the sampler is not told about, a backlog of writes, a copy, a checkpoint and ``empty()``:
+    the ends are rebuilt from the buffer and still TorchRL's."""
+    ours = _buffer(TrajectorySliceSampler, 50, fragmented=False)
+    envs = _Envs(1, seed=4)
+    ours.extend(envs.rows(30))
+    _assert_ends(ours)
+    # Trajectory ids rewritten in place (no write through the sampler): the revision tells.
+    ids = ours.storage._storage.get(TRAJ_KEY)
+    ours.set_at_(TRAJ_KEY, ids[:30].flip(0).clone(), torch.arange(30))
+    _assert_ends(ours)
+    ours.storage.set(torch.arange(3, 6), envs.rows(3), set_cursor=False)  # a direct storage write
+    _assert_ends(ours)
+    monkeypatch.setattr(slices, "_REBUILD_ROWS", 16)
+    for _ in range(6):  # 18 rows before the next sample
+        ours.extend(envs.rows(3))
+    assert ours.sampler._ends._ends is None
+    _assert_ends(ours)
+    copy = pickle.loads(pickle.dumps(ours.sampler))
+    assert copy._ends._ends is None
+    restored = _buffer(TrajectorySliceSampler, 50, fragmented=False)
+    restored.load_state_dict(ours.state_dict())
+    _assert_ends(restored)
+    restored.extend(envs.rows(4))
+    _assert_ends(restored)
+    ours.empty()
+    ours.extend(envs.rows(7))
+    _assert_ends(ours)
+
+
+def test_adjacent_trajectory_ends_without_ids_use_torchrl() -> None:
+    """A storage without the trajectory ids: TorchRL's reconstruction from the done flags."""
+    ours = _buffer(TrajectorySliceSampler, 40, fragmented=False)
+    rows = _Envs(1, seed=2).rows(25)
+    rows.exclude(TRAJ_KEY, inplace=True)
+    del rows["collector"]
+    ours.extend(rows)
+    lengths = ours.sampler._get_stop_and_length(ours.storage)[2]
+    assert lengths.sum() == 25 and ours.sampler._ends._ends is None
+    _assert_ends(ours)
