@@ -30,9 +30,9 @@ Recipes (both sides):
 
     pip install 'rl_lightning[compare]'
     python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum] [--seeds 0 1 2] [--workdir DIR]
-        [--back-to-back]
+        [--back-to-back] [--tag T]
 
-Writes ``benchmarks/results/sb3_compare.json``.
+Writes ``benchmarks/results/sb3_compare.json`` (``sb3_compare_T.json`` with ``--tag T``).
 """
 
 from __future__ import annotations
@@ -239,6 +239,7 @@ def main() -> None:
     parser.add_argument(
         "--back-to-back", action="store_true", help="one run after the other, each held to one core"
     )
+    parser.add_argument("--tag", help="suffix of the result file name (e.g. more_seeds)")
     parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     least = max(2 * TASKS[task]["eval_every"] for task in args.tasks)  # two evaluations of each task
@@ -272,6 +273,7 @@ def main() -> None:
             },
         }
     name = "sb3_compare" + ("_back_to_back" if args.back_to_back else "") + ("_smoke" if args.frames else "")
+    name += f"_{args.tag}" if args.tag else ""
     how = (
         "one process after the other per task and seed (the first alternating with the seed), each held to "
         "one core"
