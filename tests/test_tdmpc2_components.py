@@ -22,6 +22,7 @@ from rl_lightning.algos.tdmpc2 import (
 from rl_lightning.algos.tdmpc2 import math as tdm
 from rl_lightning.algos.tdmpc2.world_model import PolicyOutput
 from rl_lightning.nn import Ensemble, Mish, NormedLinear, SimNorm, mlp
+from rl_lightning.nn.layers import eval_mode
 
 OBS, ACT = 18, 4
 
@@ -176,6 +177,26 @@ def test_ensemble_dropout_masks_differ_per_head() -> None:
     assert not torch.allclose(out[0], out[1])
     out = ens.eval()(x)
     torch.testing.assert_close(out[0], out[1])
+
+
+def test_eval_mode_switches_every_mode_train_reaches_and_restores_each() -> None:
+    """``eval_mode``: inside, the modes of ``train(False)`` (the ensembles' stateless copies included, so Q
+    dropout is off); after, each module's own mode back (the target ensemble stays in eval mode), also when
+    the block raises."""
+    model = small_model(episodic=True).train()
+    modules = [*model.modules(), model.q_nets._base, *model.target_q_nets._base.modules()]
+    before = [m.training for m in modules]
+    assert model.q_nets._base.training and not model.target_q_nets.training
+    x, a = torch.randn(64, 32), torch.rand(64, ACT) * 2 - 1
+    with eval_mode(model):
+        assert not any(m.training for m in modules)
+        inside = model.Q(x, a, return_type="all")
+    torch.testing.assert_close(inside, model.eval().Q(x, a, return_type="all"))  # no dropout
+    model.train()
+    assert [m.training for m in modules] == before
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError
+    assert [m.training for m in modules] == before
 
 
 # ---------------------------------------------------------------- world model

