@@ -56,8 +56,9 @@ _MAX_TRAJECTORY = 1 << (63 - _STEP_BITS)
 _REBUILD_ROWS = 1 << 16
 
 
-#: Writes of up to this many records are merged piece by piece (one copy of the arrays); larger ones with
-#: masks, whose per-element cost is higher but whose Python cost does not grow with the write.
+#: Writes of up to this many records are merged piece by piece (one copy of the arrays), and their slots
+#: listed in Python for one env's trajectory ends; larger ones with masks, whose per-element cost is higher
+#: but whose Python cost does not grow with the write.
 _PIECEWISE_MAX = 64
 
 

@@ -247,8 +247,8 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
 
     Sets the ``training`` flag of each module ``train`` reaches (the module tree, and each
     :class:`Ensemble`'s stateless copy, which ``Ensemble.train`` sets) directly, instead of ``train``'s
-    recursive calls: for TD-MPC2's world model about 0.03 ms instead of 0.28 ms on a CPU for the switch and
-    the switch back, which its planner makes on every action.
+    recursive calls: the switch and the switch back of TD-MPC2's world model, which its planner makes on
+    every action, take about a sixth of the time of two ``train`` calls on a CPU.
     """
     modules = []
     for m in module.modules():
