@@ -6,8 +6,8 @@ When several envs write one step each per collection, a trajectory's steps are n
 TorchRL's ``SliceSampler`` (``fragmented=True``) rebuilds them from the trajectory ids and step counts: its
 index orders the live records by ``(trajectory, step)`` and cuts them into runs of consecutive steps. It
 re-sorts every live record (two stable ``argsort`` over the buffer) on the first sample after each write,
-and an update samples after every collection: with 4 envs, 6.6 ms per write and sample at 100k frames and
-107 ms at 1M on this project's CPU (``benchmarks/slice_sampler.py``).
+and an update samples after every collection: with 4 envs, 9.8 ms per write and sample at 100k frames and
+85 ms at 1M on this project's CPU (``benchmarks/slice_sampler.py``; 1.9 and 8.2 ms with the sampler below).
 
 :class:`InterleavedSliceSampler` is that sampler with an index that keeps the records sorted across writes:
 a write removes the overwritten records' keys from the sorted arrays and inserts the new ones
@@ -21,16 +21,16 @@ Both samplers here (:class:`TrajectorySliceSampler` for adjacent steps, :class:`
 also read less per sample: TorchRL's ``SliceSampler`` gathers every stored entry of the sampled steps to
 read their done, terminated and ``is_init`` flags, and the buffer then gathers the same steps again for the
 sample. Here the sampler gathers only those flags, for the same sample and info: one env's step written and
-a ``[256 x 3]`` sample drawn, 1.21 -> 1.14 ms at 20k frames of 8 stored entries on this project's CPU; the
-saving grows with the entries stored (TD-MPC2 on hockey stores 15).
+a ``[256 x 3]`` sample drawn, 1.21 -> 1.14 ms at 20k frames of 8 stored entries on this project's CPU (before
+the trajectory ends below were kept); the saving grows with the entries stored (TD-MPC2 on hockey stores 15).
 
 With one env a trajectory is a run of adjacent slots, and TorchRL's ``SliceSampler`` finds the runs' ends
-from every stored trajectory id on each sample: time in proportion to the fill, 2.9 of the 4.3 ms of a
-``[256 x 3]`` sample at 1M frames. :class:`TrajectorySliceSampler` keeps those ends across writes
-(``_AdjacentEnds``): a write can only change them at and just before its slots, so a sample after a write
-reads a few ids and updates a sorted array of the ends, one per trajectory. The ends, and so the samples,
-are TorchRL's (``tests/test_replay_slices.py`` compares them after every write); anything the sampler was
-not told about rebuilds them from the buffer.
+from every stored trajectory id on each sample: time in proportion to the fill, 4.4 ms per write and
+``[256 x 3]`` sample at 1M frames, 1.2 ms with the ends kept. :class:`TrajectorySliceSampler` keeps them
+across writes (``_AdjacentEnds``): a write can only change them at and just before its slots, so a sample
+after a write reads a few ids and updates a sorted array of the ends, one per trajectory. The ends, and so
+the samples, are TorchRL's (``tests/test_replay_slices.py`` compares them after every write); anything the
+sampler was not told about rebuilds them from the buffer.
 """
 
 from __future__ import annotations
@@ -353,15 +353,9 @@ class TrajectorySliceSampler(SliceSampler):
             self._ends.mark_update(index, storage)
 
     def _end_stream(self, index: torch.Tensor, *, storage: Any) -> None:
+        # A patch of the stream's last steps, not told as a write: rebuild. ``empty()`` and a checkpoint
+        # load change the storage's revision, which rebuilds as well.
         super()._end_stream(index, storage=storage)
-        self._ends.clear()
-
-    def _empty(self) -> None:
-        super()._empty()
-        self._ends.clear()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
         self._ends.clear()
 
     def _get_stop_and_length(self, storage: Any, fallback: bool = True) -> Any:
