@@ -14,13 +14,21 @@ Variants (``--variants``), each the mechanism the training callbacks use on ``ac
 Precisions (``--precisions``, CUDA only beyond ``fp32``): ``tf32`` switches on TF32 matmuls as the ``TF32``
 callback does; ``bf16`` adds ``torch.autocast(bfloat16)`` around ``act`` inside the compiled and graphed
 region, as ``MixedPrecision`` listed before ``TorchCompile`` does.
+Heads (``--heads``): ``separate`` plans with the world model as it is; ``stacked`` evaluates the heads each
+rollout step runs on one input (dynamics, reward and, for an episodic model, the termination of the latent
+just reached) as one stacked network (:class:`StackedHeads`): one matrix product for their first layers, one
+batched product for their second, one LayerNorm and one Mish each. A candidate for the GPU, where a plan's
+small matrix products leave most of the device idle and each launch counts; ``value_max_abs_diff`` is the
+largest difference of the planner's values from the two, on the same inputs and random draws. Several heads
+are timed on one module in ``--blocks`` alternating blocks, each row with ``ms_ratio_to_separate`` (the
+median of the per-block ratios).
 ``compile_s`` is the wall time of the first (compiling) call. ``--kernels`` adds, on CUDA, the device
 kernels one eager plan launches (count and summed kernel time, from ``torch.profiler``): the floor a
 graphed plan cannot go under unless compile fuses kernels.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
     [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
-    compiled_graphs] [--precisions fp32 tf32 bf16] [--kernels]
+    compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked] [--blocks N] [--kernels]
     [--out benchmarks/results/tdmpc2_plan_latency.json]
 """
 
@@ -31,9 +39,11 @@ import json
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,8 +56,87 @@ from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
 VARIANTS = ("eager", "compiled", "cuda_graphs", "compiled_graphs")
+HEADS = ("separate", "stacked")
+PLANNER_KEYS = ("horizon", "iterations", "num_samples", "num_pi_trajs", "num_elites")
 CUDA_ONLY = ("cuda_graphs", "compiled_graphs")
 PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+class StackedHeads:
+    """The heads one step of a latent rollout evaluates, as one stacked network.
+
+    ``next(z, a)`` and ``reward(z, a)`` read ``[z, a]``; the termination head reads ``z`` alone, which the
+    first layer's zero weights for ``a`` make the same input. The first layers run as one ``addmm``, the
+    hidden layers as one ``baddbmm``, each followed by one LayerNorm (the per-head affine maps stacked) and
+    one Mish; the output layers differ in width and run apart. The stacked weights are built from the live
+    parameters on construction, so a compiled or graphed plan reads the parameters of every call.
+    """
+
+    def __init__(self, model) -> None:
+        heads = [model.dynamics, model.reward_net]
+        if model.termination_net is not None:
+            heads.append(model.termination_net)
+        first, second = [h[0] for h in heads], [h[1] for h in heads]
+        if any(layer.dropout is not None for layer in first + second):
+            raise ValueError("StackedHeads: the heads of a rollout have no dropout.")
+        weights = [first[0].weight, first[1].weight]
+        if len(heads) == 3:  # zero weights for the action: the termination head reads z alone
+            weights.append(F.pad(first[2].weight, (0, model.action_dim)))
+        self.w1, self.b1 = torch.cat(weights), torch.cat([layer.bias for layer in first])
+        self.ln1 = [torch.stack([getattr(layer.ln, k) for layer in first]) for k in ("weight", "bias")]
+        self.w2 = torch.stack([layer.weight for layer in second]).transpose(1, 2)
+        self.b2 = torch.stack([layer.bias for layer in second]).unsqueeze(1)
+        self.ln2 = [
+            torch.stack([getattr(layer.ln, k) for layer in second]).unsqueeze(1) for k in ("weight", "bias")
+        ]
+        self.width, self.eps, self.act = first[0].out_features, first[0].ln.eps, first[0].act
+        self.out = [h[-1] for h in heads]
+        self.two_hot_inv = model.two_hot_inv
+
+    def _norm_act(self, h: torch.Tensor, affine: list[torch.Tensor], k: int) -> torch.Tensor:
+        return self.act(F.layer_norm(h, (self.width,), eps=self.eps) * affine[0][:k] + affine[1][:k])
+
+    def __call__(self, z: torch.Tensor, a: torch.Tensor, termination: bool):
+        """``(next latent, decoded reward, termination probability of z or None)`` for ``z [M, latent]``."""
+        k, w = (3 if termination else 2), self.width
+        h = torch.addmm(self.b1[: k * w], torch.cat([z, a], -1), self.w1[: k * w].t()).view(-1, k, w)
+        h = self._norm_act(h, self.ln1, k)
+        h = self._norm_act(torch.baddbmm(self.b2[:k], h.transpose(0, 1), self.w2[:k]), self.ln2, k)
+        term = torch.sigmoid(self.out[2](h[2])) if termination else None
+        return self.out[0](h[0]), self.two_hot_inv(self.out[1](h[1])), term
+
+
+def stacked_estimate_value(self, model, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``MPPIPlanner.estimate_value`` with :class:`StackedHeads`: the same sum and the same random draws, the
+    termination of the latent reached at step ``t`` applied at step ``t + 1`` (before its reward), as the
+    planner's own masking does."""
+    heads = StackedHeads(model)
+    ret = torch.zeros(z.shape[0], 1, device=z.device, dtype=z.dtype)
+    alive = torch.ones_like(ret)
+    discount = 1.0
+    for t in range(self.horizon):
+        z_next, reward, term = heads(z, actions[t], termination=model.episodic and t > 0)
+        if term is not None:
+            alive = alive * (term <= 0.5).to(z.dtype)
+        ret = ret + discount * alive * reward
+        z, discount = z_next, discount * self.discount
+    if model.episodic:
+        alive = alive * (model.termination(z) <= 0.5).to(z.dtype)
+    q = model.Q(z, model.pi(z).action, return_type="avg")
+    return ret + discount * alive * q
+
+
+def value_difference(module, device: str) -> float:
+    """Largest difference of the planner's values, separate against stacked heads, same inputs and draws."""
+    planner, model, hp = module.planner, module.model, module.hparams
+    with torch.no_grad():
+        z = model.encode(torch.randn(hp.num_samples, module.obs_shape[0], device=device))
+        actions = torch.rand(hp.horizon, hp.num_samples, module.action_dim, device=device) * 2 - 1
+        torch.manual_seed(1)
+        separate = type(planner).estimate_value(planner, model, z, actions)
+        torch.manual_seed(1)
+        stacked = stacked_estimate_value(planner, model, z, actions)
+    return float((separate - stacked).abs().max())
 
 
 def set_precision(precision: str) -> None:
@@ -65,17 +154,34 @@ def with_autocast(act, device: str):
     return run
 
 
-def wrapped_act(module: torch.nn.Module, variant: str, device: str, precision: str = "fp32"):
-    """``module.act`` as the variant's callbacks would leave it."""
+def wrapped_act(
+    module: torch.nn.Module, variant: str, device: str, precision: str = "fp32", heads: str = "separate"
+):
+    """``module.act`` as the variant's callbacks would leave it, planning with the ``heads`` estimator (set
+    outside the compiled code, at each call; a captured graph keeps the one it was captured with)."""
     act = module.act
     if precision == "bf16":
         act = with_autocast(act, device)
     if variant in ("compiled", "compiled_graphs"):
         act = torch.compile(act, mode="default", fullgraph=False, dynamic=False)
+    act = with_heads(module, heads, act)
     if variant in CUDA_ONLY:
         act = GraphedPath(act, "act", warmup=3, device=torch.device(device), step_counter=lambda: 0,
                           add_steps=lambda n: None)  # fmt: skip
     return act
+
+
+def with_heads(module: torch.nn.Module, heads: str, act):
+    """``act`` with the planner's ``estimate_value`` set to the ``heads`` one first."""
+    planner = module.planner
+    method = stacked_estimate_value if heads == "stacked" else type(planner).estimate_value
+    estimate = types.MethodType(method, planner)
+
+    def run(td):
+        planner.estimate_value = estimate
+        return act(td)
+
+    return run
 
 
 def kernels(act, td_fn, calls: int = 5) -> dict[str, object]:
@@ -107,53 +213,90 @@ def latency(
     variant: str = "eager",
     kernel_table: bool = False,
     precision: str = "fp32",
-) -> dict[str, object]:
-    """Times ``module.act`` for ``num_envs`` envs; returns milliseconds per call."""
+    heads: tuple[str, ...] = ("separate",),
+    blocks: int = 1,
+) -> list[dict[str, object]]:
+    """Times ``module.act`` for ``num_envs`` envs; one row of milliseconds per call for each of ``heads``.
+
+    Several heads are timed on one module in ``blocks`` alternating blocks (the order flips every block),
+    so load on the machine falls on both alike; each row then has ``ms_ratio_to_separate``, the median of
+    the per-block ratios. When ``stacked`` is among ``heads``, the weights get seeded noise first (the
+    zero-initialised last layers would make the values trivial), the same for every head.
+    """
     cfg = compose(
         ["+experiment=tdmpc2_hockey", f"algo.model_size={size}", f"env.num_envs={num_envs}", "logger=none"]
     )
     module = build_module(cfg, env_config(cfg)).to(device)
     module.train()
+    value_diff = None
+    if "stacked" in heads:
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in module.model.parameters():
+                p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
+        value_diff = value_difference(module, device)
     obs = torch.randn(num_envs, module.obs_shape[0], device=device)
     steps = torch.ones(num_envs, 1, dtype=torch.int64, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
         set_precision(precision)
-    act = wrapped_act(module, variant, device, precision)
 
     def td_fn():
         return TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
 
-    times = []
-    compile_s = None
-    for i in range(warmup + calls):
+    def timed(act) -> float:
         td = td_fn()
         sync()
         start = time.perf_counter()
         act(td)
         sync()
-        if i == 0 and variant.startswith("compiled"):
-            compile_s = round(time.perf_counter() - start, 1)
-        if i >= warmup:
-            times.append(1e3 * (time.perf_counter() - start))
+        return time.perf_counter() - start
+
+    acts = {h: wrapped_act(module, variant, device, precision, h) for h in heads}
+    compile_s: dict[str, float | None] = {}
+    for h, act in acts.items():
+        first = timed(act)
+        compile_s[h] = round(first, 1) if variant.startswith("compiled") else None
+        for _ in range(warmup - 1):
+            timed(act)
+    times: dict[str, list[float]] = {h: [] for h in heads}
+    block_ms: dict[str, list[float]] = {h: [] for h in heads}
+    per_block = max(1, calls // blocks)
+    for b in range(blocks):
+        for h in heads if b % 2 == 0 else heads[::-1]:
+            block = [1e3 * timed(acts[h]) for _ in range(per_block)]
+            times[h] += block
+            block_ms[h].append(statistics.median(block))
     hp = module.hparams
-    extra = kernels(act, td_fn) if kernel_table and device == "cuda" and variant == "eager" else {}
-    return {
-        "variant": variant,
-        "precision": precision,
-        "compile_s": compile_s,
-        **extra,
-        "model": size,
-        "params_m": round(module.model.num_params() / 1e6, 2),
-        "device": device,
-        "num_envs": num_envs,
-        "planner": {k: hp[k] for k in ("horizon", "iterations", "num_samples", "num_pi_trajs", "num_elites")},
-        "ms_median": round(statistics.median(times), 2),
-        "ms_min": round(min(times), 2),
-        "ms_mean": round(statistics.fmean(times), 2),
-        "ms_per_env_median": round(statistics.median(times) / num_envs, 2),
-        "calls": calls,
-    }
+    rows = []
+    for h in heads:
+        extra = {}
+        if kernel_table and device == "cuda" and variant == "eager":
+            extra = kernels(acts[h], td_fn)
+        if len(heads) > 1 and "separate" in heads:
+            ratios = [a / b for a, b in zip(block_ms[h], block_ms["separate"])]
+            extra["ms_ratio_to_separate"] = round(statistics.median(ratios), 3)
+        if h == "stacked":
+            extra["value_max_abs_diff"] = value_diff
+        rows.append({
+            "variant": variant,
+            "precision": precision,
+            "heads": h,
+            "compile_s": compile_s[h],
+            **extra,
+            "model": size,
+            "params_m": round(module.model.num_params() / 1e6, 2),
+            "device": device,
+            "num_envs": num_envs,
+            "planner": {k: hp[k] for k in PLANNER_KEYS},
+            "ms_median": round(statistics.median(times[h]), 2),
+            "ms_min": round(min(times[h]), 2),
+            "ms_mean": round(statistics.fmean(times[h]), 2),
+            "ms_per_env_median": round(statistics.median(times[h]) / num_envs, 2),
+            "calls": len(times[h]),
+            "blocks": blocks,
+        })  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -168,6 +311,8 @@ def main() -> None:
     parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda if there is one")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["eager"])
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=["fp32"])
+    parser.add_argument("--heads", nargs="+", choices=HEADS, default=["separate"])
+    parser.add_argument("--blocks", type=int, default=1, help="alternating blocks when several --heads")
     parser.add_argument("--kernels", action="store_true", help="on CUDA, profile the eager plan's kernels")
     parser.add_argument("--out", type=Path, default=RESULTS / "tdmpc2_plan_latency.json")
     args = parser.parse_args()
@@ -185,11 +330,12 @@ def main() -> None:
                     for variant in args.variants:
                         if variant in CUDA_ONLY and device != "cuda":
                             continue
-                        row = latency(
-                            size, device, n, args.calls, args.warmup, variant, args.kernels, precision
-                        )
-                        rows.append(row)
-                        print(json.dumps(rows[-1]), flush=True)
+                        for row in latency(
+                            size, device, n, args.calls, args.warmup, variant, args.kernels, precision,
+                            tuple(args.heads), args.blocks,
+                        ):  # fmt: skip
+                            rows.append(row)
+                            print(json.dumps(row), flush=True)
     result = {
         "benchmark": "tdmpc2_plan_latency",
         "what": "ms per act() call: encode + full MPPI plan, warm-up excluded",

@@ -349,6 +349,38 @@ class FlatModel(QuadraticModel):
         return torch.zeros_like(a[..., :1])
 
 
+@pytest.mark.parametrize("episodic", [False, True])
+def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values(episodic: bool) -> None:
+    """The candidate the plan-latency benchmark times (``--heads stacked``) computes what the planner does,
+    termination masking included, with the same random draws."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tdmpc2_plan_latency.py"
+    spec = importlib.util.spec_from_file_location("tdmpc2_plan_latency", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = small_model(episodic=episodic).eval()
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    planner = MPPIPlanner(ACT, discount=0.9, horizon=3)
+    z = model.encode(torch.randn(256, OBS, generator=g))
+    actions = torch.rand(3, 256, ACT, generator=g) * 2 - 1
+    with torch.no_grad():
+        if episodic:  # half the sequences end at the first step's latent, the rest later or not at all
+            logits = model.termination_logits(model.next(z, actions[0]))
+            model.termination_net[-1].bias -= logits.median()
+            ends = model.termination(model.next(z, actions[0])) > 0.5
+            assert 0 < ends.sum() < len(ends)
+        torch.manual_seed(3)
+        expected = planner.estimate_value(model, z, actions)
+        torch.manual_seed(3)
+        stacked = bench.stacked_estimate_value(planner, model, z, actions)
+    torch.testing.assert_close(stacked, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_planner_shapes_bounds_and_determinism() -> None:
     model = small_model(episodic=True).eval()
     z = model.encode(torch.randn(3, OBS))
