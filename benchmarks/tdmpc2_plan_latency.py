@@ -172,13 +172,16 @@ def wrapped_act(
 
 
 def with_heads(module: torch.nn.Module, heads: str, act):
-    """``act`` with the planner's ``estimate_value`` set to the ``heads`` one first."""
+    """``act`` planning with the ``heads`` estimator: ``stacked`` sets it on the planner first, ``separate``
+    removes any such setting, so the planner's own method runs."""
     planner = module.planner
-    method = stacked_estimate_value if heads == "stacked" else type(planner).estimate_value
-    estimate = types.MethodType(method, planner)
+    stacked = types.MethodType(stacked_estimate_value, planner)
 
     def run(td):
-        planner.estimate_value = estimate
+        if heads == "stacked":
+            planner.estimate_value = stacked
+        else:
+            planner.__dict__.pop("estimate_value", None)
         return act(td)
 
     return run
