@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -353,9 +355,6 @@ class FlatModel(QuadraticModel):
 def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values(episodic: bool) -> None:
     """The candidate the plan-latency benchmark times (``--heads stacked``) computes what the planner does,
     termination masking included, with the same random draws."""
-    import importlib.util
-    from pathlib import Path
-
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "tdmpc2_plan_latency.py"
     spec = importlib.util.spec_from_file_location("tdmpc2_plan_latency", path)
     bench = importlib.util.module_from_spec(spec)
