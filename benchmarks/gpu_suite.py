@@ -7,14 +7,15 @@ Steps, each a subprocess with its own time limit:
 
 1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
    replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
-2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``), SAC (``sac_pendulum``) and DQN
-   (``dqn_cartpole``): first the variants of the tracked figures (``TRACKED``), then the rest of each
-   ablation (each optimization alone and the ``fast`` preset against none) while the budget lasts, as
-   ratios of env frames/s, updates/s, ``act`` latency and peak GPU memory (``bench``'s method: a fresh
-   process per run, a steady-state window after warm-up and compilation).
+2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``; ``tdmpc2_8envs``: the same with 8 envs
+   per plan), SAC (``sac_pendulum``) and DQN (``dqn_cartpole``): first the variants of the tracked figures
+   (``TRACKED``), then the rest of each ablation (each optimization alone and the ``fast`` preset against
+   none) while the budget lasts, as ratios of env frames/s, updates/s, ``act`` latency and peak GPU memory
+   (``bench``'s method: a fresh process per run, a steady-state window after warm-up and compilation).
 3. The figures the project tracks, read from those benches: TD-MPC2's plan latency (its ``act``: the
-   whole MPPI plan) eager vs compiled vs CUDA-graphed, hockey TD-MPC2 frames/s with ``fast``, SAC's
-   updates/s with compile + CUDA graphs against eager, and the peak GPU memory of each.
+   whole MPPI plan) eager vs compiled vs CUDA-graphed, hockey TD-MPC2 frames/s with ``fast`` (one env, the
+   paper's protocol, and 8 envs per plan, one update per env frame either way), SAC's updates/s with
+   compile + CUDA graphs against eager, and the peak GPU memory of each.
 4. On CUDA, with budget left and TD-MPC2 among ``--algos``: where a frame of hockey TD-MPC2 with ``fast``
    goes, ``benchmarks/fit_parts.py --sync`` from frame 1200 of 2100 (acting, the rest of the collection,
    ``add_frames``, replay samples, updates; each part with its device work). It runs after the tracked
@@ -69,6 +70,25 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
             "bench.variants=[fused_optimizer]",
         ],
     ),
+    # The same with 8 envs per plan (one batched MPPI plan for 8 envs, still one update per env frame, so
+    # the replay ratio is the paper's): 304 random frames, then about 1200 frames: 150 plans, 1200 updates.
+    "tdmpc2_8envs": (
+        [
+            "+experiment=tdmpc2_hockey",
+            "env.num_envs=8",
+            "bench.frames=1500",
+            "collect.warmup_frames=304",
+            "bench.act_calls=50",
+        ],
+        [
+            "+experiment=tdmpc2_hockey_cpu",
+            "env.num_envs=8",
+            "bench.frames=320",
+            "collect.warmup_frames=96",
+            "bench.act_calls=5",
+            "bench.variants=[fused_optimizer]",
+        ],
+    ),
     "sac": (
         ["+experiment=sac_pendulum", "bench.frames=1500"],
         ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]"],
@@ -80,7 +100,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
 }
 #: On a GPU, first the variants of the tracked figures (step 3), then the rest of each ablation while
 #: ``--budget`` lasts (a bench of its own per algorithm, against its own baseline run), cheapest first.
-TRACKED = {"tdmpc2": ["cuda_graphs", "fast"], "sac": ["fast"]}
+#: TD-MPC2's ``cuda_graphs`` alone (the plan graphed without compiling) is in its ablation pass.
+TRACKED = {"tdmpc2": ["fast"], "tdmpc2_8envs": ["fast"], "sac": ["fast"]}
 ABLATION_ORDER = ("dqn", "sac", "tdmpc2")
 ABLATION = [
     "compile", "cuda_graphs", "fused_optimizer", "direct_steps", "mixed_precision", "tf32", "non_blocking",
@@ -95,6 +116,7 @@ GOALS = {
     "tdmpc2_plan_graphed_speedup": 5.0,
     "tdmpc2_plan_graphed_ms": 1.5,
     "tdmpc2_hockey_fast_env_fps": 300.0,
+    "tdmpc2_hockey_fast_env_fps_8_envs": 300.0,
     "sac_fast_updates_speedup": 3.0,
 }
 
@@ -162,6 +184,13 @@ def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str,
     figures["tdmpc2_plan_graphed_ms"] = graphed if graphed else na
     fps = get(tdmpc2, "fast", "env_fps") if cuda else None
     figures["tdmpc2_hockey_fast_env_fps"] = fps if fps else na
+    eight = variant_figures(benches.get("tdmpc2_8envs", {}))
+    fps = get(eight, "fast", "env_fps") if cuda else None
+    figures["tdmpc2_hockey_fast_env_fps_8_envs"] = fps if fps else na
+    figures["tdmpc2_plan_ms_8_envs"] = {
+        "eager": get(eight, "baseline", "act_ms"),
+        "compiled_and_graphed": get(eight, "fast", "act_ms") if cuda else na,
+    }
     base_ups, fast_ups = get(sac, "baseline", "updates_per_s"), get(sac, "fast", "updates_per_s")
     figures["sac_fast_updates_speedup"] = fast_ups / base_ups if cuda and base_ups and fast_ups else na
     figures["peak_mem_mb"] = {

@@ -37,6 +37,9 @@ def test_figures_and_goals_on_cuda(suite) -> None:
             cuda_graphs={"act_ms": 3.0},
             fast={"act_ms": 1.2, "env_fps": 320.0, "peak_mem_mb": 700.0},
         ),
+        "tdmpc2_8envs": bench(
+            baseline={"act_ms": 14.0, "env_fps": 100.0}, fast={"act_ms": 1.6, "env_fps": 280.0}
+        ),
         "sac": bench(baseline={"updates_per_s": 200.0}, fast={"updates_per_s": 500.0}),
     }
     figures = suite.tracked_figures(benches, cuda=True)
@@ -45,11 +48,15 @@ def test_figures_and_goals_on_cuda(suite) -> None:
     assert figures["tdmpc2_plan_graphed_speedup"] == pytest.approx(10.0)
     assert figures["tdmpc2_plan_cuda_graphs_speedup"] == pytest.approx(4.0)
     assert figures["tdmpc2_hockey_fast_env_fps"] == 320.0
+    # The 8-env bench's rows give its own figures, not the one-env ones.
+    assert figures["tdmpc2_hockey_fast_env_fps_8_envs"] == 280.0
+    assert figures["tdmpc2_plan_ms_8_envs"] == {"eager": 14.0, "compiled_and_graphed": 1.6}
     assert figures["sac_fast_updates_speedup"] == pytest.approx(2.5)
     assert figures["goals_met"] == {
         "tdmpc2_plan_graphed_speedup": True,  # 10x >= 5x
         "tdmpc2_plan_graphed_ms": True,  # 1.2 ms <= 1.5 ms
         "tdmpc2_hockey_fast_env_fps": True,  # 320 >= 300
+        "tdmpc2_hockey_fast_env_fps_8_envs": False,  # 280 < 300
         "sac_fast_updates_speedup": False,  # 2.5x < 3x
     }
     assert figures["peak_mem_mb"]["tdmpc2"] == {"baseline": 500.0, "compile": None, "cuda_graphs": None,
@@ -78,13 +85,16 @@ def test_pytest_summary_counts(suite) -> None:
 
 
 def test_on_cuda_the_tracked_variants_run_first_then_the_rest_of_the_ablation(suite) -> None:
-    plan = suite.bench_plan(["tdmpc2", "sac", "dqn"], None, cuda=True)
-    assert plan[:2] == [("tdmpc2", ["cuda_graphs", "fast"], False), ("sac", ["fast"], False)]
-    # The ablations are optional, cheapest first; each leaves out what its tracked bench ran.
-    assert [(a, optional) for a, _, optional in plan[2:]] == [("dqn", True), ("sac", True), ("tdmpc2", True)]
-    assert plan[2][1] == suite.ABLATION
-    assert set(plan[3][1]) | {"fast"} == set(suite.ABLATION) and "fast" not in plan[3][1]
-    assert "cuda_graphs" not in plan[4][1] and "compile" in plan[4][1]
+    plan = suite.bench_plan(list(suite.BENCHES), None, cuda=True)
+    assert plan[:3] == [
+        ("tdmpc2", ["fast"], False), ("tdmpc2_8envs", ["fast"], False), ("sac", ["fast"], False),
+    ]  # fmt: skip
+    # The ablations are optional, cheapest first; each leaves out what its tracked bench ran. The 8-env
+    # bench has no ablation of its own.
+    assert [(a, optional) for a, _, optional in plan[3:]] == [("dqn", True), ("sac", True), ("tdmpc2", True)]
+    assert plan[3][1] == suite.ABLATION
+    assert set(plan[4][1]) | {"fast"} == set(suite.ABLATION) and "fast" not in plan[4][1]
+    assert "fast" not in plan[5][1] and {"cuda_graphs", "compile"} <= set(plan[5][1])
     assert suite.bench_plan(["dqn"], ["tf32"], cuda=True) == [("dqn", ["tf32"], False)]
     assert suite.bench_plan(["dqn"], None, cuda=False) == [("dqn", suite.CPU_VARIANTS, False)]
 
