@@ -86,16 +86,18 @@ def test_pytest_summary_counts(suite) -> None:
 
 def test_on_cuda_the_tracked_variants_run_first_then_the_rest_of_the_ablation(suite) -> None:
     plan = suite.bench_plan(list(suite.BENCHES), None, cuda=True)
-    assert plan[:3] == [
-        ("tdmpc2", ["fast"], False), ("tdmpc2_8envs", ["fast"], False), ("sac", ["fast"], False),
-    ]  # fmt: skip
-    # The ablations are optional, cheapest first; each leaves out what its tracked bench ran. The 8-env
-    # bench has no ablation of its own.
+    assert plan[:2] == [("tdmpc2", ["fast"], False), ("sac", ["fast"], False)]
+    # The 8-env bench is tracked but optional (the budget may leave it out), so it runs after the required
+    # ones; it has no ablation of its own.
+    assert plan[2] == ("tdmpc2_8envs", ["fast"], True)
+    # The ablations are optional, cheapest first; each leaves out what its tracked bench ran.
     assert [(a, optional) for a, _, optional in plan[3:]] == [("dqn", True), ("sac", True), ("tdmpc2", True)]
     assert plan[3][1] == suite.ABLATION
     assert set(plan[4][1]) | {"fast"} == set(suite.ABLATION) and "fast" not in plan[4][1]
     assert "fast" not in plan[5][1] and {"cuda_graphs", "compile"} <= set(plan[5][1])
     assert suite.bench_plan(["dqn"], ["tf32"], cuda=True) == [("dqn", ["tf32"], False)]
+    # Asked for by name with its variants, the 8-env bench is required like any other.
+    assert suite.bench_plan(["tdmpc2_8envs"], ["fast"], cuda=True) == [("tdmpc2_8envs", ["fast"], False)]
     assert suite.bench_plan(["dqn"], None, cuda=False) == [("dqn", suite.CPU_VARIANTS, False)]
 
 
