@@ -21,10 +21,13 @@ Usage: python benchmarks/bench_cpu.py [--experiments dqn_cartpole tdmpc2_pendulu
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _common import relative_paths
 
 from rl_lightning.cli import experiments
 
@@ -40,6 +43,13 @@ SETTINGS: dict[str, list[str]] = {
         "bench.repeats=2",
     ],
 }
+
+
+def stamp_command(path: Path, command: str) -> None:
+    """Puts the command that reproduces ``path``'s figures at the top of the bench's JSON."""
+    result = json.loads(path.read_text())
+    result.pop("command", None)
+    path.write_text(json.dumps(relative_paths({"command": command, **result}), indent=2) + "\n")
 
 
 def main() -> int:
@@ -71,6 +81,8 @@ def main() -> int:
         start = time.perf_counter()
         if subprocess.run(command, check=False).returncode != 0:
             failed.append(name)
+        elif out.exists():
+            stamp_command(out, " ".join(["python benchmarks/bench_cpu.py", *sys.argv[1:]]))
         print(f"{name}: {time.perf_counter() - start:.0f} s -> {out}", flush=True)
     return 1 if failed else 0
 
