@@ -9,13 +9,14 @@ itself (each variant's process log, ``bench_results.json``) lands in ``runs/<exp
 Settings, and why: the default ``torch_threads=1`` (on a small, shared CPU, two OpenMP threads for small
 MLPs wait on each other and make figures slow and erratic; see ``doctor``); 3 rounds over
 all variants, each figure the best round's, which other processes' load lowers least; the JSON's
-``baseline_spread`` says how much the baseline itself varied between rounds. TD-MPC2 (about 10 env
-steps/s on two cores, bf16 four times slower) gets 2 rounds of 450 frames to stay within about 10 minutes.
-TD-MPC2 starts after 200 random frames (its seeding burst is as many updates), not the experiment's 1000:
-the burst is warm-up either way and not part of the figures.
+``baseline_spread`` says how much the baseline itself varied between rounds. TD-MPC2 (about 13 env
+steps/s on this CPU) gets 2 rounds of 450 frames to stay within about 10 minutes. TD-MPC2 starts after 200
+random frames (its seeding burst is as many updates), not the experiment's 1000: the burst is warm-up
+either way and not part of the figures. The CPU-sized hockey experiment gets one round of the ``fast``
+preset against none (about 5 minutes, 2 of them compiling).
 
-Usage: python benchmarks/bench_cpu.py [--experiments dqn_cartpole tdmpc2_pendulum] [--repeats N]
-    [-- extra hydra overrides for every bench, e.g. torch_threads=2]
+Usage: python benchmarks/bench_cpu.py [--experiments dqn_cartpole tdmpc2_pendulum tdmpc2_hockey_cpu]
+    [--repeats N] [-- extra hydra overrides for every bench, e.g. torch_threads=2]
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ SETTINGS: dict[str, list[str]] = {
         "collect.warmup_frames=200",
         "bench.act_calls=50",
         "bench.repeats=2",
+    ],
+    # The CPU-sized hockey experiment (4 envs per plan): only the preset a CPU user would switch on.
+    "tdmpc2_hockey_cpu": [
+        "bench.frames=600",
+        "collect.warmup_frames=100",
+        "bench.act_calls=10",
+        "bench.repeats=1",
+        "bench.variants=[fast]",
     ],
 }
 
