@@ -18,6 +18,18 @@ method itself, sees only the calls before capture): ``act``, the collector's cal
 ``add_frames``, the replay samples and the updates (the updates' share is ``training_step`` minus the
 other three).
 
+``--ops`` also counts, per part and frame, the ATen operations that do work (views and other aliases left
+out: on a GPU each of the others is a kernel launch or a copy, so outside a CUDA graph each costs host time)
+and, among them, the host reads (``.item()``, ``nonzero``, ``masked_select``, ``unique``: on a GPU the host
+waits for the device there, where the tensor is on the device; a CPU run cannot tell, so there they also
+count the reads of tensors that stay on the host in a GPU run, such as a sampler's index: an upper bound).
+It counts what runs eagerly; a replayed CUDA graph runs none and a compiled function shows its own calls,
+so count with the default callbacks. Its dispatch mode slows every counted operation, so the times of an
+``--ops`` run are not the run's; it writes ``fit_parts_<experiment>_ops.json``:
+
+    python benchmarks/fit_parts.py +experiment=tdmpc2_hockey_cpu seed=0 total_frames=400 \
+        collect.warmup_frames=200 logger=none --from-frames 240 --ops
+
 On a GPU, ``--sync`` synchronises the device at the end of each timed part, so each part's time includes
 its own device work (the run loses the overlap of host and device work it otherwise has), and
 ``--from-frames N`` counts only from the first collection that brings the run to ``N`` frames, leaving out
@@ -45,8 +57,54 @@ SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
 DEPTH: Counter[str] = Counter()  # a method calling its parent's counts once
 #: ``counting``: whether the timers add up yet (``--from-frames``); ``sync``: synchronise CUDA at each
-#: part's end (``--sync``); ``first_frame``: the frame count when counting began.
-STATE: dict[str, Any] = {"counting": True, "sync": False, "first_frame": 0}
+#: part's end (``--sync``); ``first_frame``: the frame count when counting began; ``ops``: count operations
+#: (``--ops``).
+STATE: dict[str, Any] = {"counting": True, "sync": False, "first_frame": 0, "ops": False}
+#: ``--ops``: per part, the operations that do work (``ops``) and the host reads among them; the parts a call
+#: is inside of (a part inside another counts in both, as its time does).
+OPS: dict[str, Counter[str]] = {}
+ACTIVE: list[str] = []
+#: Operations that return an alias although torch does not mark them as views.
+_ALIASES = {"_unsafe_view"}
+#: Operations whose result the host needs before it can go on (a device-to-host read on a GPU).
+_HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2",
+               "unique_consecutive", "unique_dim", "is_nonzero", "equal"}  # fmt: skip
+
+
+def _op_counter() -> Any:
+    """A ``TorchDispatchMode`` that adds each working operation to the parts in ``ACTIVE``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if STATE["counting"] and not func.is_view and func.overloadpacket.__name__ not in _ALIASES:
+                host_read = func.overloadpacket.__name__ in _HOST_READS
+                for part in set(ACTIVE):
+                    counts = OPS.setdefault(part, Counter())
+                    counts["ops"] += 1
+                    counts["host_reads"] += host_read
+            return func(*args, **(kwargs or {}))
+
+    return OpCounter()
+
+
+class _Inside:
+    """``ACTIVE`` holds ``part`` while inside; with ``--ops`` the outermost part turns the counter on."""
+
+    def __init__(self, part: str) -> None:
+        self.part, self.mode = part, None
+
+    def __enter__(self) -> None:
+        if STATE["ops"] and not ACTIVE:
+            self.mode = _op_counter()
+            self.mode.__enter__()
+        ACTIVE.append(self.part)
+
+    def __exit__(self, *exc: Any) -> None:
+        ACTIVE.remove(self.part)
+        if self.mode is not None:
+            self.mode.__exit__(*exc)
+            self.mode = None
 
 
 def _end() -> float:
@@ -71,7 +129,8 @@ def timed(owner: type, name: str, part: str) -> None:
         counted = STATE["counting"]  # a call that began before counting did is left out whole
         start = time.perf_counter()
         try:
-            return function(*args, **kwargs)
+            with _Inside(part):
+                return function(*args, **kwargs)
         finally:
             if counted:
                 SECONDS[part] += _end() - start
@@ -92,7 +151,8 @@ def timed_items(owner: type, name: str, part: str) -> None:
             counted = STATE["counting"]
             start = time.perf_counter()
             try:
-                item = next(items)
+                with _Inside(part):
+                    item = next(items)
             except StopIteration:
                 return
             finally:
@@ -127,8 +187,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_fit_parts")
     parser.add_argument("--sync", action="store_true", help="synchronise CUDA at the end of each part")
     parser.add_argument("--from-frames", type=int, default=0, help="count from this many frames on")
+    parser.add_argument("--ops", action="store_true", help="count operations and host reads per part")
     args = parser.parse_args()
-    STATE.update(counting=args.from_frames <= 0, sync=args.sync)
+    STATE.update(counting=args.from_frames <= 0, sync=args.sync, ops=args.ops)
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(tempfile.mkdtemp(dir=args.out))  # a new run directory and MLflow store, as a first run has
 
@@ -165,20 +226,31 @@ def main() -> None:
             "calls": CALLS[part],
             "us_per_call": round(1e6 * SECONDS[part] / max(CALLS[part], 1), 1),
             **({"us_per_frame": round(1e6 * SECONDS[part] / frames, 1)} if frames else {}),
+            **(
+                {
+                    "ops_per_frame": round(OPS.get(part, Counter())["ops"] / frames, 1),
+                    "host_reads_per_frame": round(OPS.get(part, Counter())["host_reads"] / frames, 2),
+                }
+                if args.ops and frames
+                else {}
+            ),
         }
         for part in ("update", "collection", "act", "add_frames", "replay_sample", "training_step")
     }
     figures = {
         "overrides": args.overrides,
         "sync": args.sync,
+        "ops": args.ops,
         "counted_from_frame": STATE["first_frame"],
         "wall_s": round(wall, 1),
         "parts": parts,
     }
-    path = write(f"fit_parts_{experiment_of(args.overrides)}", figures)
+    # An --ops run's times are the counter's, not the run's: its JSON has a name of its own.
+    path = write(f"fit_parts_{experiment_of(args.overrides)}{'_ops' if args.ops else ''}", figures)
     for part, figures in parts.items():
         seconds, calls, per_call = figures["seconds"], figures["calls"], figures["us_per_call"]
-        print(f"{part:14s} {seconds:8.2f} s  {calls:7d} calls  {per_call:9.1f} us")
+        ops = f"  {figures['ops_per_frame']:9.1f} ops/frame" if "ops_per_frame" in figures else ""
+        print(f"{part:14s} {seconds:8.2f} s  {calls:7d} calls  {per_call:9.1f} us{ops}")
     print(path)
 
 
