@@ -1,4 +1,10 @@
-"""Shared test setup: GPU tests are skipped without CUDA."""
+"""Shared test setup: GPU tests are skipped without CUDA; benchmark scripts load as modules."""
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -14,3 +20,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a fresh module. The scripts are not a package: while one loads, its folder
+    is on ``sys.path`` so that its own imports (``_common``) resolve."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> Callable[[str], ModuleType]:
+    """Loads a benchmark script by name (``load_benchmark("gpu_suite")``), a fresh module each call."""
+    return _load_benchmark

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
 
 @pytest.fixture
-def fit_parts():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("fit_parts", BENCHMARKS / "fit_parts.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.STATE.update(ops=True, counting=True)
-        yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def fit_parts(load_benchmark):
+    module = load_benchmark("fit_parts")  # fresh: the tests change its counters and state
+    module.STATE.update(ops=True, counting=True)
+    return module
 
 
 def test_ops_are_counted_in_every_part_a_call_is_inside_of_views_left_out(fit_parts) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -352,13 +350,12 @@ class FlatModel(QuadraticModel):
 
 
 @pytest.mark.parametrize("episodic", [False, True])
-def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values(episodic: bool) -> None:
+def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values(
+    episodic: bool, load_benchmark
+) -> None:
     """The candidate the plan-latency benchmark times (``--heads stacked``) computes what the planner does,
     termination masking included, with the same random draws."""
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tdmpc2_plan_latency.py"
-    spec = importlib.util.spec_from_file_location("tdmpc2_plan_latency", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("tdmpc2_plan_latency")
     model = small_model(episodic=episodic).eval()
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
