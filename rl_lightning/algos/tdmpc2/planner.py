@@ -12,8 +12,12 @@ sampling, so TD-MPC2 needs this planner. It plans in the world model's latent sp
    ``N(0, std_0)`` exploration noise in training; ``eval_mode`` returns the plan's mean first action.
 
 Every tensor has a static shape and no value leaves the device, so ``forward`` can be compiled and
-captured in a CUDA graph whole. Use one planner per set of environments (training and evaluation envs
-need separate instances because the warm start is stored per environment).
+captured in a CUDA graph whole. One MPPI iteration is a nested compile region (``MPPIPlanner._iterate``):
+``torch.compile`` traces and generates it once and calls it for each iteration, rather than unrolling the
+loop (``benchmarks/tdmpc2_compile.py`` measures the compile time).
+
+Use one planner per set of environments (training and evaluation envs need separate instances because the
+warm start is stored per environment).
 """
 
 from __future__ import annotations
@@ -161,6 +165,44 @@ class MPPIPlanner(nn.Module):
                 z = model.next(z, actions[-1])
         return torch.stack(actions).reshape(self.horizon, n, p, self.action_dim)
 
+    def _iteration(
+        self, model: LatentModel, z_rep: Tensor, mean: Tensor, std: Tensor, pi_actions: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One MPPI iteration: sample around ``mean``/``std``, score, refit on the elites.
+
+        Args:
+            model: the latent model.
+            z_rep: start latents repeated per sample ``[N * S, latent]``.
+            mean: ``[H, N, A]`` sampling mean.
+            std: ``[H, N, A]`` sampling std.
+            pi_actions: ``[H, N, P, A]`` policy-prior sequences, or ``None``.
+
+        Returns:
+            ``(mean, std, elite_actions [H, N, K, A], score [N, K])``: the refitted distribution, the elites
+            and their normalised weights.
+        """
+        n, s, h, a_dim, k = self.num_envs, self.num_samples, self.horizon, self.action_dim, self.num_elites
+        p = self.num_pi_trajs
+        noise = torch.randn(h, n, s - p, a_dim, device=z_rep.device, dtype=z_rep.dtype)
+        sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
+        actions = sampled if pi_actions is None else torch.cat([pi_actions, sampled], dim=2)
+        value = self.estimate_value(model, z_rep, actions.reshape(h, n * s, a_dim))
+        value = value.reshape(n, s).nan_to_num(0.0)
+        elite_value, elite_idx = torch.topk(value, k, dim=1)  # [N, K]
+        gather_idx = elite_idx.reshape(1, n, k, 1).expand(h, n, k, a_dim)
+        elite_actions = torch.gather(actions, 2, gather_idx)  # [H, N, K, A]
+        score = torch.exp(self.temperature * (elite_value - elite_value.max(1, keepdim=True).values))
+        score = score / score.sum(1, keepdim=True)  # [N, K]
+        w = score.reshape(1, n, k, 1)
+        mean = (w * elite_actions).sum(2) / (w.sum(2) + 1e-9)
+        std = ((w * (elite_actions - mean.unsqueeze(2)).pow(2)).sum(2) / (w.sum(2) + 1e-9)).sqrt()
+        return mean, std.clamp(self.min_std, self.max_std), elite_actions, score
+
+    #: :meth:`_iteration` as a nested compile region, which ``forward`` calls: ``torch.compile`` compiles the
+    #: iteration once and runs that code ``iterations`` times instead of unrolling the loop into a graph
+    #: ``iterations`` times as long (in eager mode the region is the method itself).
+    _iterate = torch.compiler.nested_compile_region(_iteration)
+
     @torch.no_grad()
     def forward(
         self, model: LatentModel, z: Tensor, t0: Tensor | None = None, eval_mode: bool = False
@@ -177,31 +219,18 @@ class MPPIPlanner(nn.Module):
         Returns:
             Actions ``[num_envs, action_dim]`` in ``[-1, 1]``.
         """
-        n, s, h, a_dim, k = self.num_envs, self.num_samples, self.horizon, self.action_dim, self.num_elites
+        n, s = self.num_envs, self.num_samples
         if z.shape[0] != n:
             raise ValueError(f"z has {z.shape[0]} rows but the planner was built for num_envs={n}.")
-        p = self.num_pi_trajs
-        pi_actions = self._policy_actions(model, z) if p > 0 else None
+        pi_actions = self._policy_actions(model, z) if self.num_pi_trajs > 0 else None
         z_rep = z.unsqueeze(1).expand(n, s, z.shape[-1]).reshape(n * s, -1)
-        mean = self.initial_mean(t0).transpose(0, 1)  # [H, N, A]
+        # [H, N, A] with the strides the iterations return (even where a dim is 1), so every call of the
+        # compiled region matches the first
+        mean = self.initial_mean(t0).transpose(0, 1).clone(memory_format=torch.contiguous_format)
         std = torch.full_like(mean, self.max_std)
         env_idx = torch.arange(n, device=z.device)
-
         for _ in range(self.iterations):
-            noise = torch.randn(h, n, s - p, a_dim, device=z.device, dtype=z.dtype)
-            sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
-            actions = sampled if pi_actions is None else torch.cat([pi_actions, sampled], dim=2)
-            value = self.estimate_value(model, z_rep, actions.reshape(h, n * s, a_dim))
-            value = value.reshape(n, s).nan_to_num(0.0)
-            elite_value, elite_idx = torch.topk(value, k, dim=1)  # [N, K]
-            gather_idx = elite_idx.reshape(1, n, k, 1).expand(h, n, k, a_dim)
-            elite_actions = torch.gather(actions, 2, gather_idx)  # [H, N, K, A]
-            score = torch.exp(self.temperature * (elite_value - elite_value.max(1, keepdim=True).values))
-            score = score / score.sum(1, keepdim=True)  # [N, K]
-            w = score.reshape(1, n, k, 1)
-            mean = (w * elite_actions).sum(2) / (w.sum(2) + 1e-9)
-            std = ((w * (elite_actions - mean.unsqueeze(2)).pow(2)).sum(2) / (w.sum(2) + 1e-9)).sqrt()
-            std = std.clamp(self.min_std, self.max_std)
+            mean, std, elite_actions, score = self._iterate(model, z_rep, mean, std, pi_actions)
 
         if eval_mode and not self.eval_sample_elite:
             action = mean[0]
