@@ -15,12 +15,12 @@ generated anew.
   the median milliseconds per call of each and the median of the per-block ratios (``regions`` over
   ``unrolled``).
 
-The module is ``tdmpc2_hockey``'s (the paper's planner: 6 iterations of 512 samples) at ``--size``, planning
-for ``--num-envs`` envs, compiled as the ``TorchCompile`` callback does (``mode="default"``,
-``dynamic=False``).
+The module is ``--experiment``'s (default ``tdmpc2_hockey``: the paper's planner, 6 iterations of 512
+samples) at ``--size`` (``''``: the experiment's), planning for ``--num-envs`` envs, compiled as the
+``TorchCompile`` callback does (``mode="default"``, ``dynamic=False``).
 
-Usage: python benchmarks/tdmpc2_compile.py [--size 5M] [--num-envs 1] [--device cpu] [--rounds 2]
-    [--calls 24] [--blocks 4] [--tag T]
+Usage: python benchmarks/tdmpc2_compile.py [--experiment tdmpc2_hockey] [--size 5M] [--num-envs 1]
+    [--device cpu] [--rounds 2] [--calls 24] [--blocks 4] [--graphs] [--tag T]
 Writes ``benchmarks/results/tdmpc2_compile.json`` (``tdmpc2_compile_T.json`` with ``--tag T``).
 """
 
@@ -60,11 +60,10 @@ TIMERS = (
 )
 
 
-def make_act(size: str, num_envs: int, device: str):
-    """The hockey module and a function returning an observation batch for its ``act``."""
-    cfg = compose(
-        ["+experiment=tdmpc2_hockey", f"algo.model_size={size}", f"env.num_envs={num_envs}", "logger=none"]
-    )
+def make_act(experiment: str, size: str | None, num_envs: int, device: str):
+    """The experiment's module and a function returning an observation batch for its ``act``."""
+    sized = [f"algo.model_size={size}"] if size else []
+    cfg = compose([f"+experiment={experiment}", *sized, f"env.num_envs={num_envs}", "logger=none"])
     module = build_module(cfg, env_config(cfg)).to(device)
     module.train()
     obs = torch.randn(num_envs, module.obs_shape[0], device=device)
@@ -126,7 +125,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    module, td_fn = make_act(args.size, args.num_envs, args.device)
+    module, td_fn = make_act(args.experiment, args.size, args.num_envs, args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     variants = args.worker.split(",")
     acts, out = {}, {"variants": {}}
@@ -165,10 +164,11 @@ def worker(args: argparse.Namespace) -> dict:
 def spawn(args: argparse.Namespace, variants: str) -> dict:
     """A worker process for ``variants`` with an empty Inductor cache of its own."""
     with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
-        cmd = [sys.executable, __file__, "--worker", variants, "--size", args.size, "--num-envs",
+        cmd = [sys.executable, __file__, "--worker", variants, "--experiment", args.experiment, "--num-envs",
                str(args.num_envs), "--device", args.device, "--threads", str(args.threads), "--calls",
                str(args.calls), "--blocks", str(args.blocks)]  # fmt: skip
         cmd += ["--graphs"] if args.graphs else []
+        cmd += ["--size", args.size] if args.size else []
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": f"{cache}/triton"}
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode:
@@ -180,7 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size", default="5M")
+    parser.add_argument("--experiment", default="tdmpc2_hockey")
+    parser.add_argument("--size", default="5M", help="algo.model_size ('' for the experiment's)")
     parser.add_argument("--num-envs", type=int, default=1)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -222,7 +223,7 @@ def main() -> None:
         "per act() call after it; the MPPI iteration as a nested compile region against unrolled",
         "torch_threads": args.threads,
         "settings": {
-            "experiment": "tdmpc2_hockey",
+            "experiment": args.experiment,
             "size": args.size,
             "num_envs": args.num_envs,
             "device": args.device,
