@@ -33,20 +33,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from callbacks._graphed_path import GraphedPath
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import build_module, env_config
+from tdmpc2_plan_latency import graphed, planning_module, timed  # it puts the repository on sys.path
 
 VARIANTS = ("regions", "unrolled")
 #: Dynamo's timers reported per compilation (those this torch version has).
@@ -58,17 +52,6 @@ TIMERS = (
     "async_compile.wait",
     "OutputGraph.call_user_compiler",
 )
-
-
-def make_act(experiment: str, size: str | None, num_envs: int, device: str):
-    """The experiment's module and a function returning an observation batch for its ``act``."""
-    sized = [f"algo.model_size={size}"] if size else []
-    cfg = compose([f"+experiment={experiment}", *sized, f"env.num_envs={num_envs}", "logger=none"])
-    module = build_module(cfg, env_config(cfg)).to(device)
-    module.train()
-    obs = torch.randn(num_envs, module.obs_shape[0], device=device)
-    steps = torch.ones(num_envs, 1, dtype=torch.int64, device=device)
-    return module, lambda: TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
 
 
 def own_code(fn, name: str):
@@ -105,18 +88,7 @@ def compiled(module, variant: str, graphs: bool, device: str):
         variant,
         torch.compile(own_code(module.act, f"act_{variant}"), mode="default", dynamic=False),
     )
-    if graphs:
-        run = GraphedPath(run, "act", warmup=3, device=torch.device(device), step_counter=lambda: 0,
-                          add_steps=lambda n: None)  # fmt: skip
-    return run
-
-
-def timed(fn, td, sync) -> float:
-    sync()
-    start = time.perf_counter()
-    fn(td)
-    sync()
-    return time.perf_counter() - start
+    return graphed(run, device) if graphs else run
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -125,15 +97,14 @@ def worker(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    module, td_fn = make_act(args.experiment, args.size, args.num_envs, args.device)
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    module, td_fn = planning_module(args.size, args.num_envs, args.device, args.experiment)
     variants = args.worker.split(",")
     acts, out = {}, {"variants": {}}
     for variant in variants:
         torch._dynamo.utils.compilation_time_metrics.clear()
         metrics.reset()
         acts[variant] = compiled(module, variant, args.graphs, args.device)
-        first = timed(acts[variant], td_fn(), sync)
+        first = timed(acts[variant], td_fn(), args.device)
         times = torch._dynamo.utils.compilation_time_metrics
         out["variants"][variant] = {
             "compile_s": round(first, 2),
@@ -143,13 +114,13 @@ def worker(args: argparse.Namespace) -> dict:
     if len(variants) > 1:
         for fn in acts.values():  # past the first calls (and the capture)
             for _ in range(5):
-                timed(fn, td_fn(), sync)
+                timed(fn, td_fn(), args.device)
         per_block = max(1, args.calls // args.blocks)
         block_ms: dict[str, list[float]] = {v: [] for v in variants}
         all_ms: dict[str, list[float]] = {v: [] for v in variants}
         for b in range(args.blocks):
             for v in variants if b % 2 == 0 else variants[::-1]:
-                ms = [1e3 * timed(acts[v], td_fn(), sync) for _ in range(per_block)]
+                ms = [1e3 * timed(acts[v], td_fn(), args.device) for _ in range(per_block)]
                 block_ms[v].append(statistics.median(ms))
                 all_ms[v] += ms
         for v in variants:

@@ -40,6 +40,7 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -154,6 +155,36 @@ def with_autocast(act, device: str):
     return run
 
 
+def planning_module(
+    size: str | None, num_envs: int, device: str, experiment: str = "tdmpc2_hockey"
+) -> tuple[torch.nn.Module, Callable[[], TensorDict]]:
+    """The experiment's TD-MPC2 module (at ``size``; ``None``: the experiment's) in train mode, and a function
+    returning an observation batch for its ``act``."""
+    sized = [f"algo.model_size={size}"] if size else []
+    cfg = compose([f"+experiment={experiment}", *sized, f"env.num_envs={num_envs}", "logger=none"])
+    module = build_module(cfg, env_config(cfg)).to(device)
+    module.train()
+    obs = torch.randn(num_envs, module.obs_shape[0], device=device)
+    steps = torch.ones(num_envs, 1, dtype=torch.int64, device=device)
+    return module, lambda: TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
+
+
+def graphed(act, device: str):
+    """``act`` captured in a CUDA graph after 3 warm-up calls, as the ``CudaGraphs`` callback does."""
+    return GraphedPath(act, "act", warmup=3, device=torch.device(device), step_counter=lambda: 0,
+                       add_steps=lambda n: None)  # fmt: skip
+
+
+def timed(act, td, device: str) -> float:
+    """Seconds of one ``act(td)`` call, the device synchronised before and after."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    act(td)
+    sync()
+    return time.perf_counter() - start
+
+
 def wrapped_act(
     module: torch.nn.Module, variant: str, device: str, precision: str = "fp32", heads: str = "separate"
 ):
@@ -166,8 +197,7 @@ def wrapped_act(
         act = torch.compile(act, mode="default", fullgraph=False, dynamic=False)
     act = with_heads(module, heads, act)
     if variant in CUDA_ONLY:
-        act = GraphedPath(act, "act", warmup=3, device=torch.device(device), step_counter=lambda: 0,
-                          add_steps=lambda n: None)  # fmt: skip
+        act = graphed(act, device)
     return act
 
 
@@ -226,11 +256,7 @@ def latency(
     the per-block ratios. When ``stacked`` is among ``heads``, the weights get seeded noise first (the
     zero-initialised last layers would make the values trivial), the same for every head.
     """
-    cfg = compose(
-        ["+experiment=tdmpc2_hockey", f"algo.model_size={size}", f"env.num_envs={num_envs}", "logger=none"]
-    )
-    module = build_module(cfg, env_config(cfg)).to(device)
-    module.train()
+    module, td_fn = planning_module(size, num_envs, device)
     value_diff = None
     if "stacked" in heads:
         gen = torch.Generator().manual_seed(0)
@@ -238,36 +264,22 @@ def latency(
             for p in module.model.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
         value_diff = value_difference(module, device)
-    obs = torch.randn(num_envs, module.obs_shape[0], device=device)
-    steps = torch.ones(num_envs, 1, dtype=torch.int64, device=device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
         set_precision(precision)
-
-    def td_fn():
-        return TensorDict({"observation": obs, "step_count": steps}, [num_envs], device=device)
-
-    def timed(act) -> float:
-        td = td_fn()
-        sync()
-        start = time.perf_counter()
-        act(td)
-        sync()
-        return time.perf_counter() - start
 
     acts = {h: wrapped_act(module, variant, device, precision, h) for h in heads}
     compile_s: dict[str, float | None] = {}
     for h, act in acts.items():
-        first = timed(act)
+        first = timed(act, td_fn(), device)
         compile_s[h] = round(first, 1) if variant.startswith("compiled") else None
         for _ in range(warmup - 1):
-            timed(act)
+            timed(act, td_fn(), device)
     times: dict[str, list[float]] = {h: [] for h in heads}
     block_ms: dict[str, list[float]] = {h: [] for h in heads}
     per_block = max(1, calls // blocks)
     for b in range(blocks):
         for h in heads if b % 2 == 0 else heads[::-1]:
-            block = [1e3 * timed(acts[h]) for _ in range(per_block)]
+            block = [1e3 * timed(acts[h], td_fn(), device) for _ in range(per_block)]
             times[h] += block
             block_ms[h].append(statistics.median(block))
     hp = module.hparams
