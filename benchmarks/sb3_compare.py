@@ -67,11 +67,13 @@ FIGURES = ("wall_s", "frames_per_s", "steady_ms_per_frame", "fixed_s", "best_eva
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def sb3_worker(task: str, seed: int, frames: int) -> dict:
+def sb3_worker(task: str, seed: int, frames: int, flush_denormal: bool = False) -> dict:
     """The task's zoo recipe trained by Stable-Baselines3 in this process: its curve and wall time."""
     start = time.perf_counter()
     import gymnasium as gym
     import torch
+
+    torch.set_flush_denormal(flush_denormal)
     from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -143,10 +145,10 @@ def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = Fal
     return _start([sys.executable, "-m", "rl_lightning", *args], pin, cwd)
 
 
-def start_sb3(task: str, seed: int, frames: int, pin: bool = False) -> subprocess.Popen:
+def start_sb3(task: str, seed: int, frames: int, pin: bool = False, flush: bool = False) -> subprocess.Popen:
     script = str(Path(__file__).resolve())
     cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
-    return _start(cmd, pin)
+    return _start(cmd + (["--sb3-flush-denormal"] if flush else []), pin)
 
 
 def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, float]]:
@@ -199,13 +201,15 @@ def figures(curve: list[tuple[int, float, float]], wall: float, frames: int, thr
     }
 
 
-def compare(task: str, seed: int, workdir: Path, frames: int | None, back_to_back: bool = False) -> dict:
+def compare(
+    task: str, seed: int, workdir: Path, frames: int | None, back_to_back: bool = False, flush: bool = False
+) -> dict:
     spec = TASKS[task]
     frames = frames or spec["frames"]
     if back_to_back:
         starters = {
             "ours": lambda: start_ours(task, seed, workdir, frames, pin=True),
-            "sb3": lambda: start_sb3(task, seed, frames, pin=True),
+            "sb3": lambda: start_sb3(task, seed, frames, pin=True, flush=flush),
         }
         runs: dict[str, tuple[dict, float]] = {}
         for side in ("ours", "sb3") if seed % 2 == 0 else ("sb3", "ours"):
@@ -214,7 +218,7 @@ def compare(task: str, seed: int, workdir: Path, frames: int | None, back_to_bac
         (summary, our_wall), (sb3, sb3_wall) = runs["ours"], runs["sb3"]
     else:
         start = time.perf_counter()
-        ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames)
+        ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames, flush=flush)
         (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
     mine = figures(
         our_curve(workdir, task, seed, summary["run_dir"]), our_wall, summary["frames"], spec["threshold"]
@@ -239,6 +243,11 @@ def main() -> None:
     parser.add_argument(
         "--back-to-back", action="store_true", help="one run after the other, each held to one core"
     )
+    parser.add_argument(
+        "--sb3-flush-denormal",
+        action="store_true",
+        help="Stable-Baselines3 flushes subnormal floats too (rl_lightning's flush_denormal, on by default)",
+    )
     parser.add_argument("--tag", help="suffix of the result file name (e.g. more_seeds)")
     parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -249,7 +258,8 @@ def main() -> None:
             f"--frames {least} or more (the steady cost per frame is measured between two evaluations)."
         )
     if args.worker:
-        print(json.dumps(sb3_worker(args.worker, args.seeds[0], args.frames or TASKS[args.worker]["frames"])))
+        frames = args.frames or TASKS[args.worker]["frames"]
+        print(json.dumps(sb3_worker(args.worker, args.seeds[0], frames, args.sb3_flush_denormal)))
         return
     from importlib import metadata
 
@@ -257,7 +267,9 @@ def main() -> None:
     rows = []
     for task in args.tasks:
         for seed in args.seeds:
-            rows.append(compare(task, seed, args.workdir, args.frames, args.back_to_back))
+            rows.append(
+                compare(task, seed, args.workdir, args.frames, args.back_to_back, args.sb3_flush_denormal)
+            )
             print(json.dumps(rows[-1])[:400], flush=True)
     summary = {}
     for task in args.tasks:
@@ -290,6 +302,11 @@ def main() -> None:
                 "steady_ms_per_frame: wall time per frame from the first evaluation to the last (evaluations "
                 "included), fixed_s: wall_s minus that rate times the frames (start-up, teardown)",
                 "stable_baselines3": metadata.version("stable-baselines3"),
+                "subnormal_floats": (
+                    "flushed to zero on both sides"
+                    if args.sb3_flush_denormal
+                    else "flushed by rl_lightning (flush_denormal, on by default), kept by Stable-Baselines3"
+                ),
                 "summary": summary,
                 "runs": rows,
             },

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.config import CONF_DIR, CliError, compose, experiments
-from rl_lightning.cli.process import end_startup_pause, quiet_libraries
+from rl_lightning.cli.process import end_startup_pause, quiet_libraries, restore_process_settings
 
 __all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
 
@@ -175,3 +175,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         end_startup_pause()  # after an early return or an error, the collector is back on all the same
         restore_logging()
+        restore_process_settings()

@@ -10,6 +10,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -17,8 +18,10 @@ __all__ = [
     "apply_process_settings",
     "end_startup_pause",
     "exit_process",
+    "flushes_denormals",
     "pause_gc_for_startup",
     "quiet_libraries",
+    "restore_process_settings",
 ]
 
 
@@ -75,15 +78,60 @@ def quiet_libraries() -> Callable[[], None]:
     return undo
 
 
+#: What :func:`apply_process_settings` found before it changed it, for :func:`restore_process_settings`.
+_found: dict[str, Any] = {}
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's CPU math takes subnormal floats as zero (``torch.set_flush_denormal``).
+
+    torch has no getter: a subnormal float32 times one is zero only when the flag is on.
+    """
+    import torch
+
+    return bool(torch.tensor([1e-39], dtype=torch.float32).mul(1.0)[0] == 0)
+
+
 def apply_process_settings(cfg: DictConfig) -> None:
-    """Torch threads (``torch_threads``) for this process."""
+    """Torch threads (``torch_threads``) and subnormal flushing (``flush_denormal``) for this process.
+
+    ``flush_denormal`` sets the CPU's flush-to-zero and denormals-are-zero modes (x86 with SSE3, ARM64;
+    elsewhere ``torch.set_flush_denormal`` does nothing). Subnormal floats are those below 1.2e-38 in
+    float32. Adam's moment estimates of a ReLU unit that stopped firing decay into that range and stay
+    there: ``0.9 * m`` rounds back to ``m`` for the smallest subnormals, so they never reach zero, and
+    every multiply, square root and division on a subnormal operand takes the CPU's slow path. Flushed,
+    they are zero, and what they would have added to a weight (below 1e-38 times the learning rate) was
+    lost in rounding anyway.
+
+    The mode belongs to each thread, and threads inherit it when they are started: it is set here, in
+    the command's thread, before the run's first torch op starts torch's intra-op worker threads.
+    """
     import torch  # here, not at the top: `help` and config errors answer without loading torch (1 s)
 
     threads = cfg.get("torch_threads")
     if threads is not None:
         if int(threads) < 1:
             raise ValueError("torch_threads must be >= 1 or null (torch's default).")
+        _found.setdefault("torch_threads", torch.get_num_threads())
         torch.set_num_threads(int(threads))
+    flush = cfg.get("flush_denormal")
+    if flush is not None:
+        _found.setdefault("flush_denormal", flushes_denormals())
+        torch.set_flush_denormal(bool(flush))
+
+
+def restore_process_settings() -> None:
+    """Puts back what :func:`apply_process_settings` changed (``main`` calls it on the way out, so that a
+    command run in-process, from a test or a notebook, leaves torch's threads and float modes as it found
+    them). Does nothing when nothing was changed."""
+    if not _found:
+        return
+    import torch
+
+    if "torch_threads" in _found:
+        torch.set_num_threads(_found.pop("torch_threads"))
+    if "flush_denormal" in _found:
+        torch.set_flush_denormal(_found.pop("flush_denormal"))
 
 
 #: Whether ``pause_gc_for_startup`` turned the collector off (``end_startup_pause`` turns it back on).

@@ -31,6 +31,7 @@ ROOT_TYPES: dict[str, Any] = {
     "device": str,
     "total_frames": int,
     "torch_threads": int | None,
+    "flush_denormal": bool,
     "progress_bar": bool,
     "log_every_n_updates": int,
     "episodes": int | None,
