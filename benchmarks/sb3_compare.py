@@ -4,9 +4,11 @@ For each task and seed, two processes are started at once (same process tree, sa
 whatever load the machine has): ``python -m rl_lightning fit +experiment=TASK seed=S`` and the same recipe
 in Stable-Baselines3 (rl-baselines3-zoo's hyperparameters for the task), each with one torch thread (the
 CLI's default ``torch_threads: 1``) and the same evaluation schedule (every ``eval.every_frames`` frames,
-10 deterministic episodes). With ``--back-to-back`` they run one after the other instead (the first of the
-two alternates with the seed), each held to one core (CPU affinity), so each has the machine's caches and
-memory bandwidth to itself but no more cores than at once; written to ``sb3_compare_back_to_back.json``.
+10 deterministic episodes). Each side runs as installed: the project's CLI flushes subnormal floats to zero
+(its default ``flush_denormal: true``) and Stable-Baselines3 does not; ``--sb3-flush-denormal`` has
+Stable-Baselines3 flush them too. With ``--back-to-back`` they run one after the other instead (the first
+of the two alternates with the seed), each held to one core (CPU affinity), so each has the machine's caches
+and memory bandwidth to itself but no more cores than at once; written to ``sb3_compare_back_to_back.json``.
 The wall time of each is the whole process, imports and evaluations included.
 It is split, from the moments each side finishes an evaluation, into a steady cost per frame (from the first
 evaluation to the last, evaluations included) and a fixed cost (the rest: start-up, the time to the first
@@ -30,7 +32,7 @@ Recipes (both sides):
 
     pip install 'rl_lightning[compare]'
     python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum] [--seeds 0 1 2] [--workdir DIR]
-        [--back-to-back] [--tag T]
+        [--back-to-back] [--sb3-flush-denormal] [--tag T]
 
 Writes ``benchmarks/results/sb3_compare.json`` (``sb3_compare_T.json`` with ``--tag T``).
 """

@@ -22,6 +22,7 @@ def test_doctor_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None
     for section in SECTIONS:
         assert section in lines, f"section {section!r} missing from:\n{out}"
     assert "CUDA available" in out and "torch_threads setting" in out
+    assert "flush_denormal setting" in out and "true (this CPU can flush subnormal floats)" in out
     for library in (
         "torch",
         "lightning",

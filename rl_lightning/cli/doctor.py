@@ -2,7 +2,8 @@
 
 Sections: device (CUDA, device name and memory, bf16), TF32 flags, ``torch.compile`` (does it work here,
 how long a first compile takes, compiled against eager speed of a small MLP), CPU (cores, load, a small
-MLP update with one torch thread against one per core, for the ``torch_threads`` setting), library
+MLP update with one torch thread against one per core, for the ``torch_threads`` setting; whether it can
+flush subnormal floats, for ``flush_denormal``), library
 versions, and recommendations derived from those measurements rather than from rules of thumb.
 
 The compile probe runs in a subprocess with a time limit (``doctor.timeout_s``), so a hanging compiler or
@@ -255,14 +256,27 @@ def _compile_rows(probe: dict[str, Any] | None) -> dict[str, Any]:
     return rows
 
 
-def _cpu_rows(threads: dict[str, float], setting: int | None) -> dict[str, Any]:
+def flush_denormal_supported() -> bool:
+    """Whether this CPU has a flush-to-zero mode for ``flush_denormal`` (this thread's mode is kept)."""
+    from rl_lightning.cli.process import flushes_denormals
+
+    before = flushes_denormals()
+    try:
+        return torch.set_flush_denormal(True)
+    finally:
+        torch.set_flush_denormal(before)
+
+
+def _cpu_rows(threads: dict[str, float], setting: int | None, flush: bool | None = True) -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     many = int(threads["many_threads"])
+    can = "can" if flush_denormal_supported() else "cannot (the setting does nothing)"
     return {
         "cores": os.cpu_count(),
         "usable by this process": _usable_cpus(),
         "load average (1/5/15 min)": " / ".join(f"{x:.2f}" for x in load) if load else "n/a",
         "torch_threads setting": "null (one per core)" if setting is None else setting,
+        "flush_denormal setting": f"{'true' if flush else 'false'} (this CPU {can} flush subnormal floats)",
         f"MLP update, {many} thread(s)": f"{threads['many_s'] * 1e3:.2f} ms",
         "MLP update, 1 thread": f"{threads['one_thread_s'] * 1e3:.2f} ms",
     }
@@ -336,7 +350,7 @@ def doctor(cfg: DictConfig) -> dict[str, Any]:
     lines += _section("device", _device_rows())
     lines += _section("TF32", _tf32_rows())
     lines += _section("torch.compile", _compile_rows(probe))
-    lines += _section("CPU", _cpu_rows(threads, setting))
+    lines += _section("CPU", _cpu_rows(threads, setting, cfg.get("flush_denormal")))
     versions = {k: v or "not installed" for k, v in library_versions().items()}
     lines += _section("libraries", {"python": sys.version.split()[0], **versions})
     advice = recommendations(cuda, probe, threads, setting)
