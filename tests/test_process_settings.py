@@ -51,21 +51,22 @@ def test_bad_value_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys) -> No
 
 
 def _adam(flush: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Steps of a fused Adam whose idle half (zero gradients) starts with first moments stuck at ``STUCK``."""
+    """20 steps of a fused Adam whose idle half (zero gradients) has first moments stuck at ``STUCK``."""
+    weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 512))
+    opt = torch.optim.Adam([weight], lr=1e-3, fused=True)
+    weight.grad = torch.cat([torch.linspace(-0.1, 0.1, 256), torch.zeros(256)])
+    opt.step()  # makes the state
+    state = opt.state[weight]
+    state["exp_avg"][256:] = STUCK
+    state["exp_avg_sq"][256:] = 1e-10
+    assert (state["exp_avg"][256:] == STUCK).all()
     torch.set_flush_denormal(flush)
     try:
-        weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 512))
-        opt = torch.optim.Adam([weight], lr=1e-3, fused=True)
-        weight.grad = torch.cat([torch.linspace(-0.1, 0.1, 256), torch.zeros(256)])
-        opt.step()  # makes the state
-        state = opt.state[weight]
-        state["exp_avg"][256:] = STUCK
-        state["exp_avg_sq"][256:] = 1e-10
         for _ in range(20):
             opt.step()
-        return weight.detach().clone(), state["exp_avg"].clone(), state["exp_avg_sq"].clone()
     finally:
         torch.set_flush_denormal(False)
+    return weight.detach().clone(), state["exp_avg"].clone(), state["exp_avg_sq"].clone()
 
 
 def test_flushing_zeroes_stuck_adam_moments_and_leaves_the_weights_bit_for_bit() -> None:
@@ -77,15 +78,19 @@ def test_flushing_zeroes_stuck_adam_moments_and_leaves_the_weights_bit_for_bit()
     assert torch.equal(kept_m[:256], flushed_m[:256]) and (flushed_v > 0).all()
 
 
-def test_intra_op_threads_started_after_the_settings_flush_too() -> None:
-    """The mode belongs to each thread: set before the run's first parallel op, torch's workers inherit it."""
+@pytest.mark.parametrize("pool_first", [False, True])
+def test_intra_op_threads_started_after_the_settings_flush_too(pool_first: bool) -> None:
+    """The mode belongs to each thread: set before the run's first parallel op, torch's workers inherit it;
+    workers started before keep subnormals (the control case)."""
     program = (
         "import torch\n"
         "from omegaconf import OmegaConf\n"
         "from rl_lightning.cli.process import apply_process_settings\n"
+        "torch.set_num_threads(2)\n"
+        f"if {pool_first}: torch.ones(1 << 22).mul(2.0)\n"  # a parallel op starts the workers
         "apply_process_settings(OmegaConf.create({'torch_threads': 2, 'flush_denormal': True}))\n"
-        "x = torch.full((1 << 22,), 1e-39)\n"  # one parallel op over both threads
-        "print(int((x.mul(1.0) != 0).sum()))\n"
+        "x = torch.full((1 << 22,), 4, dtype=torch.int32).view(torch.float32)\n"  # subnormals, no float op
+        "print(int((x.mul(1.0) != 0).sum()))\n"  # one parallel op over both threads
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "0"
+    assert (int(out.stdout) > 0) is pool_first
