@@ -100,6 +100,7 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
     (run_dir,) = tmp_path.glob("runs/dqn_cartpole/*/bench_results.json")
     assert json.loads(run_dir.read_text()) == results
     assert results["experiment"] == "dqn_cartpole" and results["frames"] == 640
+    assert results["torch_threads"] == 1 and results["flush_denormal"] is True
     assert results["machine"]["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     rows = {row["variant"]: row for row in results["variants"]}
     assert list(rows) == ["baseline", "fused_optimizer", "tf32"]

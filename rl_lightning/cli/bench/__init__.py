@@ -31,7 +31,8 @@ Method, and why:
   frames/s range over the rounds, relative to its best) says how far apart repeated runs of the same code
   land on this machine: ratios within it are noise. Ratios are variant / baseline: above 1 is better for
   the rates, worse for latency and memory.
-- Threads: the variant processes use the root ``torch_threads`` setting, like every command.
+- Threads and float mode: the variant processes use the root ``torch_threads`` and ``flush_denormal``
+  settings, like every command; the results record both.
 
 Results: a table on the console, ``<run_dir>/bench_results.json`` (and ``bench.out``), and one MLflow run
 (``<name>-bench``) with ``bench/<variant>/<figure>`` and ``.../<figure>_ratio`` metrics. The JSON is
@@ -82,6 +83,7 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
         "seed": int(cfg.seed),
         "repeats": repeats,
         "torch_threads": cfg.get("torch_threads"),
+        "flush_denormal": cfg.get("flush_denormal"),
         "method": "rl_lightning.cli.bench: a process per variant, steady-state window, best of rounds",
         "machine": machine_info(),
     }

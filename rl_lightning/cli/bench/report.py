@@ -94,6 +94,7 @@ def log_mlflow(cfg: DictConfig, results: dict[str, Any], run_dir: Path, json_pat
             "variants": ",".join(r["variant"] for r in results["variants"]),
             "repeats": results["repeats"],
             "torch_threads": str(results["torch_threads"]),
+            "flush_denormal": str(results.get("flush_denormal")),
         }
     )
     metrics: dict[str, float] = {}
