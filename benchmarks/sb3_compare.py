@@ -147,10 +147,12 @@ def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = Fal
     return _start([sys.executable, "-m", "rl_lightning", *args], pin, cwd)
 
 
-def start_sb3(task: str, seed: int, frames: int, pin: bool = False, flush: bool = False) -> subprocess.Popen:
+def start_sb3(
+    task: str, seed: int, frames: int, pin: bool = False, sb3_flush: bool = False
+) -> subprocess.Popen:
     script = str(Path(__file__).resolve())
     cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
-    return _start(cmd + (["--sb3-flush-denormal"] if flush else []), pin)
+    return _start(cmd + (["--sb3-flush-denormal"] if sb3_flush else []), pin)
 
 
 def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, float]]:
@@ -204,14 +206,19 @@ def figures(curve: list[tuple[int, float, float]], wall: float, frames: int, thr
 
 
 def compare(
-    task: str, seed: int, workdir: Path, frames: int | None, back_to_back: bool = False, flush: bool = False
+    task: str,
+    seed: int,
+    workdir: Path,
+    frames: int | None,
+    back_to_back: bool = False,
+    sb3_flush: bool = False,
 ) -> dict:
     spec = TASKS[task]
     frames = frames or spec["frames"]
     if back_to_back:
         starters = {
             "ours": lambda: start_ours(task, seed, workdir, frames, pin=True),
-            "sb3": lambda: start_sb3(task, seed, frames, pin=True, flush=flush),
+            "sb3": lambda: start_sb3(task, seed, frames, pin=True, sb3_flush=sb3_flush),
         }
         runs: dict[str, tuple[dict, float]] = {}
         for side in ("ours", "sb3") if seed % 2 == 0 else ("sb3", "ours"):
@@ -220,7 +227,10 @@ def compare(
         (summary, our_wall), (sb3, sb3_wall) = runs["ours"], runs["sb3"]
     else:
         start = time.perf_counter()
-        ours, theirs = start_ours(task, seed, workdir, frames), start_sb3(task, seed, frames, flush=flush)
+        ours, theirs = (
+            start_ours(task, seed, workdir, frames),
+            start_sb3(task, seed, frames, sb3_flush=sb3_flush),
+        )
         (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
     mine = figures(
         our_curve(workdir, task, seed, summary["run_dir"]), our_wall, summary["frames"], spec["threshold"]
