@@ -267,7 +267,7 @@ def flush_denormal_supported() -> bool:
         torch.set_flush_denormal(before)
 
 
-def _cpu_rows(threads: dict[str, float], setting: int | None, flush: bool | None = True) -> dict[str, Any]:
+def _cpu_rows(threads: dict[str, float], setting: int | None, flush: bool | None) -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     many = int(threads["many_threads"])
     can = "can" if flush_denormal_supported() else "cannot (the setting does nothing)"
