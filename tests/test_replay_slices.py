@@ -257,3 +257,76 @@ def test_adjacent_trajectory_ends_without_ids_use_torchrl() -> None:
     lengths = ours.sampler._get_stop_and_length(ours.storage)[2]
     assert lengths.sum() == 25 and ours.sampler._ends._ends is None
     _assert_ends(ours)
+
+
+def test_an_index_drawn_on_the_host_goes_to_the_storage_device(monkeypatch) -> None:
+    """With the storage on a GPU, the slices are drawn on the host and only the finished index is copied
+    over, once per sample (``_to_device``, asynchronous). Here the storage says it is on a GPU until the
+    copy, which is recorded instead (its data stays on the CPU): the draw sees host tensors, every sample's
+    index goes through the copy, and the samples stay TorchRL's."""
+    stock = _buffer(SliceSampler, 40, fragmented=False)
+    ours = _buffer(TrajectorySliceSampler, 40, fragmented=False)
+    copies: list[torch.Tensor] = []
+
+    def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        assert tensor.device.type == "cpu" and device == torch.device("cuda")
+        copies.append(tensor)
+        ours.storage.device = torch.device("cpu")  # what follows the copy reads the data where it is
+        return tensor
+
+    monkeypatch.setattr(slices, "_to_device", to_device)
+    draws = []
+    sample_slices = ours.sampler._sample_slices
+    monkeypatch.setattr(
+        ours.sampler,
+        "_sample_slices",
+        lambda lengths, *a, **k: draws.append(lengths) or sample_slices(lengths, *a, **k),
+    )
+    envs = _Envs(1, seed=6)
+    for i in range(20):
+        rows = envs.rows(3)
+        stock.extend(rows)
+        ours.extend(rows)
+        if i >= 2:
+            ours.storage.device = torch.device("cuda")
+            _assert_same(stock, ours, seed=i)
+    assert len(copies) == len(draws) == 18
+    assert all(c.shape == (12, 1) for c in copies) and all(d.device.type == "cpu" for d in draws)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_gpu_replay_samples_as_on_the_cpu_without_waiting_for_the_device(num_envs: int) -> None:
+    """A replay on the GPU draws its slices' index on the host and copies it over asynchronously: its
+    samples equal the same replay's on the CPU for the same random state, and once the first sample after
+    a write has read the written trajectory ids, sampling never makes the host wait for the device (CUDA's
+    sync debug mode raises at any synchronisation), so it runs while the previous update does."""
+    replays = [
+        make_replay_buffer(
+            ReplayConfig(capacity=300, batch_size=12, slice_len=3, device=d), interleaved=num_envs > 1
+        )
+        for d in ("cpu", "cuda")
+    ]
+    envs = _Envs(num_envs, seed=4)
+    for i in range(40):  # past the capacity: overwrites
+        rows = envs.rows(3)
+        for replay in replays:
+            replay.extend(rows.to(replay.storage.device))
+        for j in range(3):
+            torch.manual_seed(3 * i + j)
+            expected, expected_info = replays[0].sample(return_info=True)
+            torch.manual_seed(3 * i + j)
+            if j:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                got, info = replays[1].sample(return_info=True)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            assert got.device.type == "cuda"
+            assert (expected == got.cpu()).all()
+            for key, value in expected_info.items():
+                pairs = (
+                    zip(value, info[key], strict=True) if isinstance(value, tuple) else [(value, info[key])]
+                )
+                for a, b in pairs:
+                    assert b.device.type == "cuda" and torch.equal(a, b.cpu())

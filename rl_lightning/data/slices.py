@@ -31,6 +31,13 @@ across writes (``_AdjacentEnds``): a write can only change them at and just befo
 after a write reads a few ids and updates a sorted array of the ends, one per trajectory. The ends, and so
 the samples, are TorchRL's (``tests/test_replay_slices.py`` compares them after every write); anything the
 sampler was not told about rebuilds them from the buffer.
+
+On a GPU storage both samplers draw a sample on the host: the ends and runs stay on the CPU, TorchRL's draw
+runs there on them (with the CPU's generator, so the samples are those of the same replay on the CPU), and
+the finished index goes to the device in one copy from pinned memory that does not wait for the device.
+Drawn on the device, the draw's checks and masks read device tensors, and each read waits for the work
+queued before it, a CUDA-graphed update included; drawn on the host, the next sample is prepared while the
+device runs that update. Only the first sample after a write reads the device: the written trajectory ids.
 """
 
 from __future__ import annotations
@@ -181,12 +188,9 @@ class _SortedRunIndex(_FragmentedTrajectoryIndex):
             new_run[1:] = (keys[1:] >> _STEP_BITS != keys[:-1] >> _STEP_BITS) | (keys[1:] != keys[:-1] + 1)
         run_offsets = new_run.nonzero().squeeze(-1)
         boundaries = torch.cat([run_offsets, run_offsets.new_tensor([keys.numel()])])
-        device = self._device
-        self._runs = (
-            self._sorted_slots.to(device),
-            run_offsets.to(device),
-            (boundaries[1:] - boundaries[:-1]).to(device),
-        )
+        # Kept on the host, whatever the storage's device: the sample's index is drawn from them there
+        # (see ``TrajectorySliceSampler``).
+        self._runs = self._sorted_slots, run_offsets, boundaries[1:] - boundaries[:-1]
         return self._runs
 
 
@@ -236,7 +240,8 @@ class _AdjacentEnds:
 
     def boundaries(self, storage: Any, key: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``(start [K, 1], stop [K, 1], lengths [K])`` as TorchRL's ``_get_stop_and_length`` returns them
-        for trajectory ids under ``key``; ``None`` where the ids are not one plain 1-D stored tensor."""
+        for trajectory ids under ``key``, on the CPU whatever the storage's device; ``None`` where the ids are
+        not one plain 1-D stored tensor."""
         store = getattr(storage, "_storage", None)
         leaf = store.get(key, None) if type(store) is TensorDict and store.batch_dims == 1 else None
         length = len(storage)
@@ -270,8 +275,7 @@ class _AdjacentEnds:
         start[0] = (last + 1) % length
         lengths = (ends - start).add_(1)
         lengths[0] = (first - last - 1) % length + 1  # the only one that can wrap around
-        device = leaf.device
-        return start.unsqueeze(-1).to(device), ends.unsqueeze(-1).to(device), lengths.to(device)
+        return start.unsqueeze(-1), ends.unsqueeze(-1), lengths
 
     def _rebuild(self, leaf: torch.Tensor, length: int, full: bool) -> None:
         ids = leaf[:length]
@@ -299,6 +303,18 @@ class _AdjacentEnds:
         added = pairs[ids[: pairs.numel()] != ids[pairs.numel() :]]
         removed = pairs[_present(self._ends, pairs)]
         self._ends = _merge(self._ends, self._ends, removed, added, added)[0]
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` (on the CPU) on ``device``; to a GPU from pinned memory without waiting for the device.
+
+    A pageable host-to-device copy waits for the work already queued on the stream (the previous update),
+    so the host could not prepare the next sample meanwhile. A copy from pinned memory is queued behind
+    that work instead; the pinned block is not reused before the copy has run (PyTorch's host allocator).
+    """
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 class _FlagRows:
@@ -372,7 +388,16 @@ class TrajectorySliceSampler(SliceSampler):
                 return found
         return super()._get_stop_and_length(storage, fallback)
 
-    def _finalize_index(self, *, storage: Any, **kwargs: Any) -> Any:
+    def _finalize_index(self, *, storage: Any, index: torch.Tensor, **kwargs: Any) -> Any:
+        device = _FragmentedTrajectoryIndex._storage_device(storage)  # None: no device (yet)
+        if device is not None and device.type != "cpu" and index.device.type == "cpu":
+            # Drawn on the host (the trajectories' ends and runs are kept there): the index and what else
+            # is per row go to the storage's device in one asynchronous copy each; the flag reads, the
+            # truncation marks and the sample's gather are then queued on the device behind its work.
+            index = _to_device(index, device)
+            for key in ("seq_length", "mask_flat"):
+                if isinstance(kwargs[key], torch.Tensor) and kwargs[key].device.type == "cpu":
+                    kwargs[key] = _to_device(kwargs[key], device)
         if self.truncated_key is not None or self.init_key is not None:
             keys = [self.init_key] if self.init_key is not None else []
             if self.truncated_key is not None:
@@ -381,7 +406,7 @@ class TrajectorySliceSampler(SliceSampler):
                     _replace_last(self.truncated_key, "terminated"),
                 ]
             storage = _FlagRows(storage, keys)
-        return super()._finalize_index(storage=storage, **kwargs)
+        return super()._finalize_index(storage=storage, index=index, **kwargs)
 
 
 class InterleavedSliceSampler(TrajectorySliceSampler):
