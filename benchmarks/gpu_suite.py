@@ -7,6 +7,8 @@ Steps, each a subprocess with its own time limit:
 
 1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
    replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
+   Then, on CUDA with TD-MPC2 among ``--algos``, ``benchmarks/replay_overlap.py`` (about 20 s): TD-MPC2's
+   slice samples while the device runs stand-in updates, the index drawn on the host against on the device.
 2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``; ``tdmpc2_8envs``: the same with 8 envs
    per plan), SAC (``sac_pendulum``) and DQN (``dqn_cartpole``): first the variants of the tracked figures
    (``TRACKED``), then the rest of each ablation (each optimization alone and the ``fast`` preset against
@@ -218,6 +220,27 @@ PARTS_ARGS = [
 ]  # fmt: skip
 
 
+def overlap_step(
+    steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list
+) -> None:
+    """Step 1b: ``replay_overlap.py``: TD-MPC2's slice samples while the device runs stand-in updates, the
+    index drawn on the host (as the samplers do) against on the device (as before), with 1 and 8 envs."""
+    out = workdir / "replay_overlap.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "replay_overlap.py"), "--out", str(out)]
+    if limit < 30:
+        steps["replay_overlap"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
+        return
+    out.unlink(missing_ok=True)
+    step = run_step("replay overlap", cmd, limit, env, workdir / "replay_overlap.log")
+    if out.exists():
+        step["results"] = json.loads(out.read_text())["results"]
+    elif step["status"] == "ok":
+        step["status"] = "failed: no results"
+    if step["status"] != "ok":
+        failed.append(f"replay overlap: {step['status']}")
+    steps["replay_overlap"] = step
+
+
 def parts_step(steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list) -> None:
     """Step 4: ``fit_parts.py --sync`` of hockey TD-MPC2 with ``fast``: ms per frame of each part."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "fit_parts.py"), *PARTS_ARGS, "--out", str(workdir)]
@@ -354,6 +377,10 @@ def main() -> int:
         if cuda and (step["status"] != "ok" or step["counts"].get("failed") or step["counts"].get("errors")):
             failed.append("pytest -m gpu")
         steps["pytest_gpu"] = step
+        write()
+
+    if cuda and {"tdmpc2", "tdmpc2_8envs"} & set(algos):
+        overlap_step(steps, workdir, env, left(90), failed)
         write()
 
     parts_due = cuda and "tdmpc2" in algos  # step 4, before the optional ablation passes

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,30 @@ def test_the_parts_step_reads_fit_parts_ms_per_frame(suite, tmp_path: Path, monk
     monkeypatch.setattr(suite, "run_step", lambda *a: {"command": "", "status": "ok"})
     suite.parts_step(steps, tmp_path, {}, 200.0, failed)
     assert steps["tdmpc2_parts"]["status"] == "failed: no results" and len(failed) == 1
+
+
+def test_replay_overlap_runs_both_variants_on_the_cpu(tmp_path) -> None:
+    """``replay_overlap.py`` (the suite's step on CUDA) runs its CPU path: both variants' samples, with one
+    env and with interleaved envs, and writes what it measured."""
+    out = tmp_path / "overlap.json"
+    sizes = ["--fill", "600", "--batch", "48", "--load-ms", "0.2", "--cycles", "2", "--blocks", "1"]
+    cmd = [
+        sys.executable,
+        str(BENCHMARKS / "replay_overlap.py"),
+        "--device",
+        "cpu",
+        *sizes,
+        "--out",
+        str(out),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    results = json.loads(out.read_text())["results"]
+    assert [(r["num_envs"], r["sampler"]) for r in results] == [
+        (1, "TrajectorySliceSampler"), (8, "InterleavedSliceSampler")
+    ]  # fmt: skip
+    for r in results:
+        assert r["fill"] >= 600 and set(r["ms_per_update"]) == set(r["ms_per_sample_idle"]) == {
+            "host",
+            "device",
+        }
+        assert all(v > 0 for v in r["ms_per_update"].values())

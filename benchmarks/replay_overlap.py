@@ -1,0 +1,199 @@
+"""A GPU replay's slice samples while the device works: the index drawn on the host against on the device.
+
+On a GPU, TD-MPC2's updates run as CUDA graphs: the host queues one and goes on to the next sample while the
+device runs it. The project's slice samplers draw a sample's index on the host, from trajectory ends and runs
+kept there, and copy it over asynchronously (``rl_lightning/data/slices.py``). Drawn on the device, as
+TorchRL's ``SliceSampler`` does from a GPU storage (and the project's samplers did before), the draw's checks
+and masks read device tensors, and each such read waits for the update queued before it.
+
+One cycle is a collection and its updates, as TD-MPC2's data path runs them: write one step of each env,
+then, per update, sample ``--batch`` steps and queue a stand-in update of about ``--load-ms`` of device work
+(a chain of matrix products that reads the sample). ``host`` is the samplers as they are; ``device`` is the
+same samplers with the ends or runs moved to the storage's device before the draw (the earlier behaviour).
+Each variant has a buffer of its own with the same data, and the two alternate in blocks in one process. The
+figures: the median ms per update of each over the blocks, their ratio, and each one's ms per sample with no
+device work queued (a synchronisation before and after each).
+
+Usage: python benchmarks/replay_overlap.py [--device cuda] [--num-envs 1 8] [--fill 20000] [--batch 768]
+    [--slice-len 3] [--load-ms 1.5] [--cycles 20] [--blocks 4] [--out PATH]
+Writes ``benchmarks/results/replay_overlap_<device>.json`` unless ``--out`` says otherwise. On a CPU the two
+variants are the same (nothing to overlap): it runs there only to keep the script tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import command_line, machine, relative_paths
+from slice_sampler import rows
+from torchrl.data import TensorDictReplayBuffer
+
+from rl_lightning.data.replay import TRAJ_KEY
+from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler, _SortedRunIndex
+from rl_lightning.data.storage import DirectTensorStorage
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class _DeviceRuns(_SortedRunIndex):
+    """The interleaved envs' runs on the storage's device, moved once per write (as they were kept)."""
+
+    _moved: tuple[Any, tuple[torch.Tensor, ...]] | None = None
+
+    def runs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        runs = super().runs()
+        if self._moved is None or self._moved[0] is not runs:
+            self._moved = runs, tuple(t.to(self._device) for t in runs)
+        return self._moved[1]
+
+
+class _DeviceInterleaved(InterleavedSliceSampler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fragmented_index = _DeviceRuns(self.traj_key, self.step_key)
+
+
+class _DeviceAdjacent(TrajectorySliceSampler):
+    def _get_stop_and_length(self, storage: Any, fallback: bool = True) -> Any:
+        return tuple(t.to(storage.device) for t in super()._get_stop_and_length(storage, fallback))
+
+
+def buffer(variant: str, num_envs: int, args: argparse.Namespace) -> TensorDictReplayBuffer:
+    fragmented = num_envs > 1
+    cls = {
+        ("host", False): TrajectorySliceSampler,
+        ("host", True): InterleavedSliceSampler,
+        ("device", False): _DeviceAdjacent,
+        ("device", True): _DeviceInterleaved,
+    }[variant, fragmented]
+    mode = {"fragmented": True, "step_key": "step_count"} if fragmented else {}
+    sampler = cls(slice_len=args.slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode)
+    storage = DirectTensorStorage(args.fill * 2, device=args.device)
+    return TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=args.batch)
+
+
+class Load:
+    """About ``ms`` of device work that reads a sample: a chain of ``[n x n]`` matrix products."""
+
+    def __init__(self, device: torch.device, ms: float, n: int = 1024) -> None:
+        self.device = device
+        self.weight = torch.randn(n, n, device=device) / n**0.5
+        self.x = torch.randn(n, n, device=device)
+        self.steps = 1
+        start = self._timed(20)
+        self.steps = max(1, round(ms / (1e3 * start / 20)))
+        self.ms = 1e3 * self._timed(10) / 10
+
+    def __call__(self, sample: Any) -> None:
+        x = self.x + sample["observation"].mean()
+        for _ in range(self.steps):
+            x = torch.tanh(x @ self.weight)
+        self.x = x
+
+    def _timed(self, calls: int) -> float:
+        sample = {"observation": torch.zeros(1, device=self.device)}
+        self(sample)
+        _sync(self.device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            self(sample)
+        _sync(self.device)
+        return time.perf_counter() - start
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    variants = ("host", "device")
+    buffers = {v: buffer(v, num_envs, args) for v in variants}
+    t = 0
+    while t * num_envs < args.fill:
+        chunk = rows(t, min(5_000, -(-(args.fill - t * num_envs) // num_envs)), num_envs).to(device)
+        t += chunk.numel() // num_envs
+        for rb in buffers.values():
+            rb.extend(chunk)
+    load = Load(device, args.load_ms)
+    updates = num_envs  # one update per env frame
+    per_update: dict[str, list[float]] = {v: [] for v in variants}
+    idle: dict[str, list[float]] = {v: [] for v in variants}
+    for block in range(args.blocks + 1):  # the first block warms up
+        order = variants if block % 2 else variants[::-1]
+        for variant in order:
+            rb, block_t = buffers[variant], t
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(args.cycles):
+                rb.extend(rows(block_t, 1, num_envs).to(device))
+                block_t += 1
+                for _ in range(updates):
+                    load(rb.sample())
+            _sync(device)
+            if block:
+                per_update[variant].append(1e3 * (time.perf_counter() - start) / (args.cycles * updates))
+            for _ in range(5):
+                _sync(device)
+                start = time.perf_counter()
+                rb.sample()
+                _sync(device)
+                if block:
+                    idle[variant].append(1e3 * (time.perf_counter() - start))
+        t = block_t
+    ms = {v: statistics.median(per_update[v]) for v in variants}
+    result = {
+        "num_envs": num_envs,
+        "sampler": type(buffers["host"].sampler).__name__,
+        "fill": len(buffers["host"]),
+        "load_ms": round(load.ms, 3),
+        "ms_per_update": {v: round(ms[v], 3) for v in variants},
+        "host_over_device": round(ms["host"] / ms["device"], 3),
+        "ms_per_sample_idle": {v: round(statistics.median(idle[v]), 3) for v in variants},
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--fill", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=768, help="steps per sample (TD-MPC2's 256 x 3)")
+    parser.add_argument("--slice-len", type=int, default=3)
+    parser.add_argument("--load-ms", type=float, default=1.5, help="device work per stand-in update")
+    parser.add_argument("--cycles", type=int, default=20, help="collections per block")
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    results = [measure(n, args) for n in args.num_envs]
+    name = "cpu" if args.device == "cpu" else torch.cuda.get_device_name(torch.device(args.device))
+    out = args.out or RESULTS / f"replay_overlap_{name.lower().replace(' ', '_')}.json"
+    payload = {
+        "benchmark": "replay_overlap",
+        "what": (
+            "ms per update of a collection cycle (write one step of each env; per update, sample and queue "
+            "about load_ms of device work), the slices' index drawn on the host (host, as the samplers are) "
+            "or on the device (device, as before); ms per sample with no device work queued"
+        ),
+        "command": command_line(),
+        "machine": machine() | {"device": name},
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "results": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(relative_paths(payload), indent=2) + "\n")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
