@@ -1,7 +1,7 @@
 """The GPU suite: one command that checks and measures everything that needs CUDA, into one JSON.
 
     bash benchmarks/gpu_suite.sh [--out PATH] [--skip-tests] [--cpu] [--budget S] [--algos A,B]
-                                 [--variants V,W] [--override KEY=VALUE ...]
+                                 [--variants V,W] [--override KEY=VALUE ...] [--profile]
 
 Steps, each a subprocess with its own time limit:
 
@@ -36,6 +36,13 @@ an ablation pass may be cut short without failing the suite), ``--algos`` and ``
 benches and their variants (``--variants`` replaces both passes), ``--override`` adds a Hydra override to
 each bench, and the JSON is rewritten after every step, and a bench's rows after every variant, so a suite
 stopped from outside keeps what it measured. On a GPU the tests run on several workers (pytest-xdist).
+
+``--profile`` runs the TD-MPC2 benches under py-spy (``--nonblocking``: it reads the processes without
+stopping them) and puts a summary of each step's samples in the JSON, under ``steps.<bench>.profile``: per
+variant process, the functions with the most samples outside compilation and imports, as the innermost frame
+and anywhere in the stack. The raw stacks stay in ``runs/gpu_suite/spy_<bench>.txt``; they are too large to
+bring back from a lent machine, the summary is not. py-spy is found on ``PATH`` or in ``bin/`` beside an
+import path (where ``pip install --target DIR`` puts it): carry its wheel with the others.
 """
 
 from __future__ import annotations
@@ -45,10 +52,12 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +134,80 @@ GOALS = {
     "tdmpc2_hockey_fast_env_fps_8_envs": 300.0,
     "sac_fast_updates_speedup": 3.0,
 }
+
+
+#: ``--profile``: the benches whose processes py-spy samples, and how many functions a summary lists.
+PROFILED = ("tdmpc2", "tdmpc2_8envs")
+PROFILE_TOP = 30
+#: Stacks with frames of compilation or imports: warm-up, left out of a profile's summary.
+_PROCESS_FRAME = re.compile(r'process \d+:"(.*?)"(?:;|$)')
+_WARMUP_FRAME = re.compile(r"torch/_dynamo/|torch/_inductor/|<frozen importlib|importlib/__init__")
+
+
+def spy_command(out: Path) -> list[str] | None:
+    """The py-spy prefix that samples a command and its subprocesses into ``out`` (raw stacks) without
+    stopping them (``--nonblocking``, so the timings stay the processes' own); ``None`` without py-spy.
+    Looks on ``PATH`` and in ``bin/`` beside each import path (``pip install --target DIR`` puts it there)."""
+    found = shutil.which("py-spy") or next(
+        (str(p) for p in (Path(e) / "bin" / "py-spy" for e in sys.path if e) if p.is_file()), None
+    )
+    if found is None:
+        return None
+    return [found, "record", "--subprocesses", "--nonblocking", "--rate", "100", "--format", "raw",
+            "-o", str(out), "--"]  # fmt: skip
+
+
+def _frame_name(frame: str) -> str:
+    """``function (file:line)`` -> ``function (file)``, the file from its package on (or the project's)."""
+    function, _, where = frame.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/site/", f"{ROOT}/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{function} ({path})"
+
+
+def _process_name(command: str) -> str:
+    """A bench variant's name (from its spec's folder) or the start of the command line."""
+    match = re.search(r"variants/([^/\s]+)/spec\d+\.json", command)
+    return match.group(1) if match else command[:80] or "(command line not read)"
+
+
+def spy_summary(raw: Path, top: int = PROFILE_TOP) -> dict[str, Any]:
+    """Per process of a py-spy raw profile, most samples first: its samples outside warm-up (stacks with
+    compilation or import frames are counted apart) and the functions with the most of them, as the
+    innermost frame (``self``) and anywhere in the stack (``total``), as shares of those samples."""
+    procs: dict[str, dict[str, Any]] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        # ``process PID:"COMMAND LINE";`` for the process and each of its parents, outermost first (a
+        # command line may hold semicolons), then its Python frames, outermost first.
+        name, at = "?", 0
+        while process := _PROCESS_FRAME.match(stack, at):
+            name, at = _process_name(process.group(1)), process.end()
+        frames = stack[at:].split(";") if stack[at:] else ["(no Python frame)"]
+        proc = procs.setdefault(
+            name, {"samples": 0, "warmup_samples": 0, "self": Counter(), "total": Counter()}
+        )
+        if any(_WARMUP_FRAME.search(f) for f in frames):
+            proc["warmup_samples"] += int(count)
+            continue
+        names = [_frame_name(f) for f in frames]
+        proc["samples"] += int(count)
+        proc["self"][names[-1]] += int(count)
+        for function in set(names):
+            proc["total"][function] += int(count)
+    summary = {}
+    for name, p in sorted(procs.items(), key=lambda kv: -kv[1]["samples"]):
+        shares = {
+            k: [[f, round(n / max(p["samples"], 1), 4)] for f, n in p[k].most_common(top)]
+            for k in ("self", "total")
+        }
+        summary[name] = {"samples": p["samples"], "warmup_samples": p["warmup_samples"], **shares}
+    return summary
 
 
 def run_step(name: str, cmd: list[str], timeout_s: float, env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -309,6 +392,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write")
     parser.add_argument("--cpu", action="store_true", help="run the CPU-sized suite even with CUDA")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest -m gpu")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample the TD-MPC2 benches with py-spy (a summary per process)",
+    )
     parser.add_argument("--timeout", type=int, default=240, help="seconds per step")
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole suite")
     parser.add_argument("--algos", default=",".join(BENCHES), help="benches to run, in order (comma list)")
@@ -405,7 +493,19 @@ def main() -> int:
                 failed.append(f"bench {tag}: not run within --budget")
             write()
             continue
-        step = run_step(f"bench {tag}", cmd, left(args.timeout * 9), env, workdir / f"bench_{tag}.log")
+        profiled = args.profile and algo in PROFILED
+        spy_raw = workdir / f"spy_{tag}.txt"
+        spy_raw.unlink(missing_ok=True)
+        spy = spy_command(spy_raw) if profiled else None
+        log = workdir / f"bench_{tag}.log"
+        step = run_step(f"bench {tag}", (spy or []) + cmd, left(args.timeout * 9), env, log)
+        if profiled:
+            found = spy_raw.exists() and spy_raw.stat().st_size
+            step["profile"] = (
+                spy_summary(spy_raw)
+                if found
+                else "not recorded: " + ("no py-spy found" if spy is None else "py-spy wrote nothing")
+            )
         if bench_out.exists():
             result = json.loads(bench_out.read_text())
             merge_rows(benches, algo, result)

@@ -184,3 +184,35 @@ def test_replay_overlap_runs_both_variants_on_the_cpu(tmp_path) -> None:
             "device",
         }
         assert all(v > 0 for v in r["ms_per_update"].values())
+
+
+def test_profile_summary_per_variant_without_warm_up(suite, tmp_path) -> None:
+    """``--profile``'s summary of py-spy's raw stacks: one entry per bench variant process (named from its
+    spec's folder), stacks under compilation or imports counted apart, and each function's share of the
+    other samples as the innermost frame and anywhere in the stack."""
+    # Each sample names its process and the process's parents, outermost first (py-spy's raw format).
+    code = "from rl_lightning.cli.bench.timing import worker_main; worker_main()"
+    spec = f"{suite.ROOT}/runs/gpu_suite/tdmpc2/variants/fast/spec0.json"
+    fast = f'process 7:"";process 41:"python -c {code} {spec}"'
+    site = "/tmp/site/torchrl/data/replay_buffers/samplers/slice.py"
+    module = f"{suite.ROOT}/rl_lightning/algos/tdmpc2/module.py"
+    raw = tmp_path / "spy.txt"
+    raw.write_text(
+        f"{fast};fit (rl_lightning/cli/run.py:10);sample ({site}:887);_sample_slices ({site}:1035) 6\n"
+        f"{fast};fit (rl_lightning/cli/run.py:10);sample ({site}:887) 2\n"
+        f"{fast};fit (rl_lightning/cli/run.py:10);update ({module}:265) 2\n"
+        f"{fast};fit (rl_lightning/cli/run.py:10);compile_fx (/tmp/site/torch/_inductor/compile_fx.py:3) 90\n"
+        f"{fast} 3\n"  # no Python frame (native code)
+        'process 7:"";main (rl_lightning/cli/bench/__init__.py:97) 1\n'
+    )
+    summary = suite.spy_summary(raw, top=2)
+    assert list(summary) == ["fast", "(command line not read)"]
+    fast_summary = summary["fast"]
+    assert (fast_summary["samples"], fast_summary["warmup_samples"]) == (13, 90)
+    slices = "torchrl/data/replay_buffers/samplers/slice.py"
+    assert fast_summary["self"] == [[f"_sample_slices ({slices})", 0.4615], ["(no Python frame) ()", 0.2308]]
+    assert fast_summary["total"] == [
+        ["fit (rl_lightning/cli/run.py)", 0.7692],
+        [f"sample ({slices})", 0.6154],
+    ]
+    assert ["update (rl_lightning/algos/tdmpc2/module.py)", 0.1538] in suite.spy_summary(raw)["fast"]["self"]
