@@ -139,8 +139,9 @@ GOALS = {
 #: ``--profile``: the benches whose processes py-spy samples, and how many functions a summary lists.
 PROFILED = ("tdmpc2", "tdmpc2_8envs")
 PROFILE_TOP = 30
-#: Stacks with frames of compilation or imports: warm-up, left out of a profile's summary.
+#: py-spy's frame for a sampled process or one of its parents (``--subprocesses``), with its command line.
 _PROCESS_FRAME = re.compile(r'process \d+:"(.*?)"(?:;|$)')
+#: Stacks with frames of compilation or imports: warm-up, left out of a profile's summary.
 _WARMUP_FRAME = re.compile(r"torch/_dynamo/|torch/_inductor/|<frozen importlib|importlib/__init__")
 
 

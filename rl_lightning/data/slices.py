@@ -396,8 +396,9 @@ class TrajectorySliceSampler(SliceSampler):
             # truncation marks and the sample's gather are then queued on the device behind its work.
             index = _to_device(index, device)
             for key in ("seq_length", "mask_flat"):
-                if isinstance(kwargs[key], torch.Tensor) and kwargs[key].device.type == "cpu":
-                    kwargs[key] = _to_device(kwargs[key], device)
+                value = kwargs.get(key)
+                if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                    kwargs[key] = _to_device(value, device)
         if self.truncated_key is not None or self.init_key is not None:
             keys = [self.init_key] if self.init_key is not None else []
             if self.truncated_key is not None:
