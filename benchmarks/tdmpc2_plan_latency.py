@@ -22,13 +22,17 @@ small matrix products leave most of the device idle and each launch counts; ``va
 largest difference of the planner's values from the two, on the same inputs and random draws. Several heads
 are timed on one module in ``--blocks`` alternating blocks, each row with ``ms_ratio_to_separate`` (the
 median of the per-block ratios).
-``compile_s`` is the wall time of the first (compiling) call. ``--kernels`` adds, on CUDA, the device
+``--compile-mode`` sets ``torch.compile``'s mode for the compiled variants (``default``, as ``TorchCompile``
+by default, or ``max-autotune-no-cudagraphs``, which times candidate kernels for each matrix product and
+may generate Triton ones). One mode per run: two compiled copies of ``act`` would share its code's compile
+cache. ``compile_s`` is the wall time of the first (compiling) call. ``--kernels`` adds, on CUDA, the device
 kernels one eager plan launches (count and summed kernel time, from ``torch.profiler``): the floor a
 graphed plan cannot go under unless compile fuses kernels.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
     [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
     compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked] [--blocks N] [--kernels]
+    [--compile-mode default|max-autotune-no-cudagraphs]
     [--out benchmarks/results/tdmpc2_plan_latency.json]
 """
 
@@ -57,6 +61,9 @@ from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
 VARIANTS = ("eager", "compiled", "cuda_graphs", "compiled_graphs")
+#: ``torch.compile`` modes that leave CUDA graphs to ``GraphedPath`` (``TorchCompile``'s other two record
+#: their own and cannot be captured again).
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 HEADS = ("separate", "stacked")
 PLANNER_KEYS = ("horizon", "iterations", "num_samples", "num_pi_trajs", "num_elites")
 CUDA_ONLY = ("cuda_graphs", "compiled_graphs")
@@ -186,7 +193,12 @@ def timed(act, td, device: str) -> float:
 
 
 def wrapped_act(
-    module: torch.nn.Module, variant: str, device: str, precision: str = "fp32", heads: str = "separate"
+    module: torch.nn.Module,
+    variant: str,
+    device: str,
+    precision: str = "fp32",
+    heads: str = "separate",
+    compile_mode: str = "default",
 ):
     """``module.act`` as the variant's callbacks would leave it, planning with the ``heads`` estimator (set
     outside the compiled code, at each call; a captured graph keeps the one it was captured with)."""
@@ -194,7 +206,7 @@ def wrapped_act(
     if precision == "bf16":
         act = with_autocast(act, device)
     if variant in ("compiled", "compiled_graphs"):
-        act = torch.compile(act, mode="default", fullgraph=False, dynamic=False)
+        act = torch.compile(act, mode=compile_mode, fullgraph=False, dynamic=False)
     act = with_heads(module, heads, act)
     if variant in CUDA_ONLY:
         act = graphed(act, device)
@@ -248,6 +260,7 @@ def latency(
     precision: str = "fp32",
     heads: tuple[str, ...] = ("separate",),
     blocks: int = 1,
+    compile_mode: str = "default",
 ) -> list[dict[str, object]]:
     """Times ``module.act`` for ``num_envs`` envs; one row of milliseconds per call for each of ``heads``.
 
@@ -267,7 +280,7 @@ def latency(
     if device == "cuda":
         set_precision(precision)
 
-    acts = {h: wrapped_act(module, variant, device, precision, h) for h in heads}
+    acts = {h: wrapped_act(module, variant, device, precision, h, compile_mode) for h in heads}
     compile_s: dict[str, float | None] = {}
     for h, act in acts.items():
         first = timed(act, td_fn(), device)
@@ -297,6 +310,7 @@ def latency(
             "variant": variant,
             "precision": precision,
             "heads": h,
+            "compile_mode": compile_mode if variant.startswith("compiled") else None,
             "compile_s": compile_s[h],
             **extra,
             "model": size,
@@ -329,6 +343,12 @@ def main() -> None:
     parser.add_argument("--heads", nargs="+", choices=HEADS, default=["separate"])
     parser.add_argument("--blocks", type=int, default=1, help="alternating blocks when several --heads")
     parser.add_argument("--kernels", action="store_true", help="on CUDA, profile the eager plan's kernels")
+    parser.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="torch.compile's mode for the compiled variants (one per run: they share act's code)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "tdmpc2_plan_latency.json")
     args = parser.parse_args()
     if args.threads:
@@ -347,7 +367,7 @@ def main() -> None:
                             continue
                         for row in latency(
                             size, device, n, args.calls, args.warmup, variant, args.kernels, precision,
-                            tuple(args.heads), args.blocks,
+                            tuple(args.heads), args.blocks, args.compile_mode,
                         ):  # fmt: skip
                             rows.append(row)
                             print(json.dumps(row), flush=True)
