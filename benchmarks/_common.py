@@ -93,13 +93,14 @@ def experiment_of(overrides: list[str], default: str = "fit") -> str:
     return override_value(overrides, "+experiment", default)
 
 
-def write(name: str, payload: dict[str, Any]) -> Path:
-    """Writes ``benchmarks/results/<name>.json`` with the command, the machine info and a timestamp.
+def write(name: str, payload: dict[str, Any], path: Path | None = None) -> Path:
+    """Writes ``benchmarks/results/<name>.json`` (or ``path``) with the command, the machine info and a
+    timestamp.
 
     Paths are written relative to the repository (:func:`relative_paths`).
     """
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = path or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -30,15 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import command_line, machine, relative_paths
+from _common import RESULTS, write
 from slice_sampler import rows
 from torchrl.data import TensorDictReplayBuffer
 
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler, _SortedRunIndex
 from rl_lightning.data.storage import DirectTensorStorage
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class _DeviceRuns(_SortedRunIndex):
@@ -86,8 +84,8 @@ class Load:
         self.weight = torch.randn(n, n, device=device) / n**0.5
         self.x = torch.randn(n, n, device=device)
         self.steps = 1
-        start = self._timed(20)
-        self.steps = max(1, round(ms / (1e3 * start / 20)))
+        one_step_ms = 1e3 * self._timed(20) / 20
+        self.steps = max(1, round(ms / one_step_ms))
         self.ms = 1e3 * self._timed(10) / 10
 
     def __call__(self, sample: Any) -> None:
@@ -179,20 +177,16 @@ def main() -> None:
     name = "cpu" if args.device == "cpu" else torch.cuda.get_device_name(torch.device(args.device))
     out = args.out or RESULTS / f"replay_overlap_{name.lower().replace(' ', '_')}.json"
     payload = {
-        "benchmark": "replay_overlap",
         "what": (
             "ms per update of a collection cycle (write one step of each env; per update, sample and queue "
             "about load_ms of device work), the slices' index drawn on the host (host, as the samplers are) "
             "or on the device (device, as before); ms per sample with no device work queued"
         ),
-        "command": command_line(),
-        "machine": machine() | {"device": name},
+        "device": name,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "results": results,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(relative_paths(payload), indent=2) + "\n")
-    print(f"written to {out}")
+    print(f"written to {write('replay_overlap', payload, out)}")
 
 
 if __name__ == "__main__":
