@@ -57,13 +57,13 @@ from tdmpc2_pendulum import RESULTS, machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from callbacks._graphed_path import GraphedPath
+from callbacks.torch_compile import GRAPH_MODES, MODES
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
 VARIANTS = ("eager", "compiled", "cuda_graphs", "compiled_graphs")
-#: ``torch.compile`` modes that leave CUDA graphs to ``GraphedPath`` (``TorchCompile``'s other two record
-#: their own and cannot be captured again).
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+#: ``TorchCompile``'s modes that leave CUDA graphs to ``GraphedPath`` (the others record their own).
+COMPILE_MODES = tuple(mode for mode in MODES if mode not in GRAPH_MODES)
 HEADS = ("separate", "stacked")
 PLANNER_KEYS = ("horizon", "iterations", "num_samples", "num_pi_trajs", "num_elites")
 CUDA_ONLY = ("cuda_graphs", "compiled_graphs")
