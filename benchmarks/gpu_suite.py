@@ -136,8 +136,9 @@ GOALS = {
 }
 
 
-#: ``--profile``: the benches whose processes py-spy samples, and how many functions a summary lists.
-PROFILED = ("tdmpc2", "tdmpc2_8envs")
+#: The TD-MPC2 benches: the replay-overlap step runs when one is among ``--algos``, and ``--profile``
+#: samples their processes with py-spy; ``PROFILE_TOP``: how many functions a profile's summary lists.
+TDMPC2_BENCHES = ("tdmpc2", "tdmpc2_8envs")
 PROFILE_TOP = 30
 #: py-spy's frame for a sampled process or one of its parents (``--subprocesses``), with its command line.
 _PROCESS_FRAME = re.compile(r'process \d+:"(.*?)"(?:;|$)')
@@ -468,7 +469,7 @@ def main() -> int:
         steps["pytest_gpu"] = step
         write()
 
-    if cuda and {"tdmpc2", "tdmpc2_8envs"} & set(algos):
+    if cuda and set(TDMPC2_BENCHES) & set(algos):
         overlap_step(steps, workdir, env, left(90), failed)
         write()
 
@@ -494,7 +495,7 @@ def main() -> int:
                 failed.append(f"bench {tag}: not run within --budget")
             write()
             continue
-        profiled = args.profile and algo in PROFILED
+        profiled = args.profile and algo in TDMPC2_BENCHES
         spy_raw = workdir / f"spy_{tag}.txt"
         spy_raw.unlink(missing_ok=True)
         spy = spy_command(spy_raw) if profiled else None
