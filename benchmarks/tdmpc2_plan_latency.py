@@ -26,8 +26,10 @@ median of the per-block ratios).
 by default, or ``max-autotune-no-cudagraphs``, which times candidate kernels for each matrix product and
 may generate Triton ones). One mode per run: two compiled copies of ``act`` would share its code's compile
 cache. ``compile_s`` is the wall time of the first (compiling) call. ``--kernels`` adds, on CUDA, the device
-kernels one eager plan launches (count and summed kernel time, from ``torch.profiler``): the floor a
-graphed plan cannot go under unless compile fuses kernels.
+kernels one plan of each variant runs (count, summed kernel time and the costliest, from ``torch.profiler``).
+The eager plan's are the floor a graphed plan cannot go under unless compile fuses kernels; the compiled
+plan's say how many kernels compile left and which ones its time goes to; a graphed plan's are the kernels
+the profiler sees inside a replay.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
     [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
@@ -230,7 +232,7 @@ def with_heads(module: torch.nn.Module, heads: str, act):
 
 
 def kernels(act, td_fn, calls: int = 5) -> dict[str, object]:
-    """Device kernels per eager plan: count, summed kernel time and the five costliest by total time."""
+    """Device kernels per plan: count, summed kernel time and the five costliest by total time."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
@@ -299,7 +301,7 @@ def latency(
     rows = []
     for h in heads:
         extra = {}
-        if kernel_table and device == "cuda" and variant == "eager":
+        if kernel_table and device == "cuda":
             extra = kernels(acts[h], td_fn)
         if len(heads) > 1 and "separate" in heads:
             ratios = [a / b for a, b in zip(block_ms[h], block_ms["separate"])]
@@ -342,7 +344,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=["fp32"])
     parser.add_argument("--heads", nargs="+", choices=HEADS, default=["separate"])
     parser.add_argument("--blocks", type=int, default=1, help="alternating blocks when several --heads")
-    parser.add_argument("--kernels", action="store_true", help="on CUDA, profile the eager plan's kernels")
+    parser.add_argument("--kernels", action="store_true", help="on CUDA, profile the plan's kernels")
     parser.add_argument(
         "--compile-mode",
         choices=COMPILE_MODES,
