@@ -8,7 +8,8 @@ Steps, each a subprocess with its own time limit:
 1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
    replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
    Then, on CUDA with TD-MPC2 among ``--algos``, ``benchmarks/replay_overlap.py`` (about 20 s): TD-MPC2's
-   slice samples while the device runs stand-in updates, the index drawn on the host against on the device.
+   slice samples while the device runs stand-in updates, the index drawn on the host against on the device,
+   and a collection's samples drawn at once.
 2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``; ``tdmpc2_8envs``: the same with 8 envs
    per plan), SAC (``sac_pendulum``) and DQN (``dqn_cartpole``): first the variants of the tracked figures
    (``TRACKED``), then the rest of each ablation (each optimization alone and the ``fast`` preset against
@@ -309,7 +310,8 @@ def overlap_step(
     steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list
 ) -> None:
     """Step 1b: ``replay_overlap.py``: TD-MPC2's slice samples while the device runs stand-in updates, the
-    index drawn on the host (as the samplers do) against on the device (as before), with 1 and 8 envs."""
+    index drawn on the host (as the samplers do) against on the device (as before), and a collection's samples
+    drawn at once (as training draws them), with 1 and 8 envs."""
     out = workdir / "replay_overlap.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "replay_overlap.py"), "--out", str(out)]
     if limit < 30:

@@ -9,15 +9,18 @@ and masks read device tensors, and each such read waits for the update queued be
 One cycle is a collection and its updates, as TD-MPC2's data path runs them: write one step of each env,
 then, per update, sample ``--batch`` steps and queue a stand-in update of about ``--load-ms`` of device work
 (a chain of matrix products that reads the sample). ``host`` is the samplers as they are; ``device`` is the
-same samplers with the ends or runs moved to the storage's device before the draw (the earlier behaviour).
-Each variant has a buffer of its own with the same data, and the two alternate in blocks in one process. The
-figures: the median ms per update of each over the blocks, their ratio, and each one's ms per sample with no
-device work queued (a synchronisation before and after each).
+same samplers with the ends or runs moved to the storage's device before the draw (the earlier behaviour);
+``round`` is the samplers as they are with the cycle's samples drawn as training draws them, by the data
+module's ``UpdateRound`` (all the updates of a collection in one call, then split). Each variant has a buffer
+of its own with the same data, and the variants alternate in blocks in one process. The figures: the median
+ms per update of each over the blocks, the ratios, and each one's ms per sample with no device work queued (a
+synchronisation before and after each sample, or each round of samples for ``round``).
 
 Usage: python benchmarks/replay_overlap.py [--device cuda] [--num-envs 1 8] [--fill 20000] [--batch 768]
     [--slice-len 3] [--load-ms 1.5] [--cycles 20] [--blocks 4] [--out PATH]
-Writes ``benchmarks/results/replay_overlap_<device>.json`` unless ``--out`` says otherwise. On a CPU the two
-variants are the same (nothing to overlap): it runs there only to keep the script tested.
+Writes ``benchmarks/results/replay_overlap_<device>.json`` unless ``--out`` says otherwise. On a CPU ``host``
+and ``device`` are the same (nothing to overlap), and ``round`` against ``host`` is the host's cost per
+sample.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -34,6 +38,7 @@ from _common import RESULTS, write
 from slice_sampler import rows
 from torchrl.data import TensorDictReplayBuffer
 
+from rl_lightning.data.datamodule import UpdateRound
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler, _SortedRunIndex
 from rl_lightning.data.storage import DirectTensorStorage
@@ -62,14 +67,17 @@ class _DeviceAdjacent(TrajectorySliceSampler):
         return tuple(t.to(storage.device) for t in super()._get_stop_and_length(storage, fallback))
 
 
+VARIANTS = ("device", "host", "round")
+
+
 def buffer(variant: str, num_envs: int, args: argparse.Namespace) -> TensorDictReplayBuffer:
     fragmented = num_envs > 1
     cls = {
-        ("host", False): TrajectorySliceSampler,
-        ("host", True): InterleavedSliceSampler,
-        ("device", False): _DeviceAdjacent,
-        ("device", True): _DeviceInterleaved,
-    }[variant, fragmented]
+        (True, False): TrajectorySliceSampler,
+        (True, True): InterleavedSliceSampler,
+        (False, False): _DeviceAdjacent,
+        (False, True): _DeviceInterleaved,
+    }[variant != "device", fragmented]
     mode = {"fragmented": True, "step_key": "step_count"} if fragmented else {}
     sampler = cls(slice_len=args.slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode)
     storage = DirectTensorStorage(args.fill * 2, device=args.device)
@@ -110,9 +118,21 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def samples(variant: str, rb: TensorDictReplayBuffer, n: int) -> Any:
+    """The ``n`` samples of a collection's updates: one by one, or by an ``UpdateRound`` as training draws
+    them."""
+    if variant != "round":
+        return (rb.sample() for _ in range(n))
+    owner = SimpleNamespace(
+        replay=rb, replay_cfg=SimpleNamespace(batch_size=rb.batch_size), owed_updates=n, updates=0,
+        stop_now=lambda local: False, trainer=SimpleNamespace(should_stop=False),
+    )  # fmt: skip
+    return iter(UpdateRound(owner, n))
+
+
 def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
-    variants = ("host", "device")
+    variants = VARIANTS
     buffers = {v: buffer(v, num_envs, args) for v in variants}
     t = 0
     while t * num_envs < args.fill:
@@ -133,18 +153,20 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.cycles):
                 rb.extend(rows(block_t, 1, num_envs).to(device))
                 block_t += 1
-                for _ in range(updates):
-                    load(rb.sample())
+                for sample in samples(variant, rb, updates):
+                    load(sample)
             _sync(device)
             if block:
                 per_update[variant].append(1e3 * (time.perf_counter() - start) / (args.cycles * updates))
             for _ in range(5):
                 _sync(device)
                 start = time.perf_counter()
-                rb.sample()
+                n = updates if variant == "round" else 1
+                for _ in samples(variant, rb, n):
+                    pass
                 _sync(device)
                 if block:
-                    idle[variant].append(1e3 * (time.perf_counter() - start))
+                    idle[variant].append(1e3 * (time.perf_counter() - start) / n)
         t = block_t
     ms = {v: statistics.median(per_update[v]) for v in variants}
     result = {
@@ -154,6 +176,7 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
         "load_ms": round(load.ms, 3),
         "ms_per_update": {v: round(ms[v], 3) for v in variants},
         "host_over_device": round(ms["host"] / ms["device"], 3),
+        "round_over_host": round(ms["round"] / ms["host"], 3),
         "ms_per_sample_idle": {v: round(statistics.median(idle[v]), 3) for v in variants},
     }
     print(json.dumps(result), flush=True)
@@ -180,7 +203,8 @@ def main() -> None:
         "what": (
             "ms per update of a collection cycle (write one step of each env; per update, sample and queue "
             "about load_ms of device work), the slices' index drawn on the host (host, as the samplers are) "
-            "or on the device (device, as before); ms per sample with no device work queued"
+            "or on the device (device, as before), or on the host for all the cycle's updates at once "
+            "(round, as training draws them); ms per sample with no device work queued"
         ),
         "device": name,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

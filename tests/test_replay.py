@@ -8,7 +8,7 @@ from tensordict import TensorDict
 
 from rl_lightning.data.datamodule import UpdateRound
 from rl_lightning.data.nstep import NStepReturns
-from rl_lightning.data.replay import ReplayConfig, make_replay_buffer
+from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
 
 
 def items(start: int, n: int) -> TensorDict:
@@ -169,20 +169,44 @@ class _RoundOwner:
         return self.stop_after is not None and self.updates >= self.stop_after
 
 
-@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
-def test_a_round_draws_uniform_samples_at_once_and_prioritized_ones_one_by_one(prioritized, monkeypatch):
-    replay = make_replay_buffer(ReplayConfig(capacity=1000, batch_size=16, prioritized=prioritized))
-    replay.extend(TensorDict({"observation": torch.arange(500.0).unsqueeze(-1)}, [500]))
+def trajectories(steps: int, num_envs: int, length: int = 25) -> TensorDict:
+    """``steps`` steps of each of ``num_envs`` envs written env after env per step, episodes of ``length``."""
+    t = torch.arange(steps).unsqueeze(1).expand(steps, num_envs).reshape(-1)
+    env = torch.arange(num_envs).repeat(steps)
+    step = t % length
+    n = steps * num_envs
+    return TensorDict(
+        {
+            "i": torch.arange(n),
+            "observation": torch.randn(n, 1),
+            "step_count": step.unsqueeze(-1),
+            TRAJ_KEY: (t // length) * num_envs + env,
+            "next": {"done": (step == length - 1).unsqueeze(-1)},
+        },
+        [n],
+    )
+
+
+@pytest.mark.parametrize("kind", ["uniform", "slices", "interleaved_slices", "prioritized"])
+def test_a_round_draws_its_samples_at_once_and_prioritized_ones_one_by_one(kind, monkeypatch):
+    slice_len = 3 if "slices" in kind else None
+    cfg = ReplayConfig(capacity=1000, batch_size=12, prioritized=kind == "prioritized", slice_len=slice_len)
+    replay = make_replay_buffer(cfg, interleaved=kind == "interleaved_slices")
+    replay.extend(trajectories(500, 1) if kind == "slices" else trajectories(250, 2))
     calls = []
     sample = replay.sample
     monkeypatch.setattr(replay, "sample", lambda *a, **k: calls.append(a) or sample(*a, **k))
-    owner = _RoundOwner(replay, 16)
+    owner = _RoundOwner(replay, 12)
     samples = [s.clone() for s in UpdateRound(owner, 6)]
-    assert len(samples) == 6 and all(s.batch_size == (16,) for s in samples)
-    assert calls == ([(96,)] if not prioritized else [()] * 6)
+    assert len(samples) == 6 and all(s.batch_size == (12,) for s in samples)
+    assert calls == ([()] * 6 if kind == "prioritized" else [(72,)])
     assert owner.updates == 6 and owner.owed_updates == 4
-    rows = torch.cat([s["observation"] for s in samples]).flatten()
-    assert rows.unique().numel() > 60  # 96 draws with replacement from 500 rows: not one sample repeated
+    rows = torch.cat([s["i"] for s in samples])
+    assert rows.unique().numel() > 50  # 72 draws with replacement from 500 rows: not one sample repeated
+    if slice_len:  # each sample is whole slices: consecutive steps of one trajectory
+        for s in samples:
+            traj, step = s[TRAJ_KEY].view(4, slice_len), s["step_count"].view(4, slice_len)
+            assert (traj == traj[:, :1]).all() and (step.diff(dim=1) == 1).all()
     # A stop request ends the round between updates; the rest stays owed.
-    owner = _RoundOwner(replay, 16, stop_after=2)
+    owner = _RoundOwner(replay, 12, stop_after=2)
     assert len(list(UpdateRound(owner, 6))) == 2 and owner.owed_updates == 8 and owner.trainer.should_stop
