@@ -210,3 +210,22 @@ def test_a_round_draws_its_samples_at_once_and_prioritized_ones_one_by_one(kind,
     # A stop request ends the round between updates; the rest stays owed.
     owner = _RoundOwner(replay, 12, stop_after=2)
     assert len(list(UpdateRound(owner, 6))) == 2 and owner.owed_updates == 8 and owner.trainer.should_stop
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_slices_drawn_in_rounds_have_the_distribution_of_slices_drawn_one_by_one(num_envs):
+    """Two-sample chi-square over the slices' first rows: a round's samples and separate samples come from one
+    distribution (a round drawing from part of the buffer, or repeating slices, puts it far above 1)."""
+    torch.manual_seed(0)
+    cfg = ReplayConfig(capacity=1000, batch_size=12, slice_len=3)
+    replay = make_replay_buffer(cfg, interleaved=num_envs > 1)
+    replay.extend(trajectories(600 // num_envs, num_envs, length=37))
+    rounds = 300
+    alone = torch.cat([replay.sample()["i"][::3] for _ in range(8 * rounds)])
+    owner = _RoundOwner(replay, 12)
+    owner.owed_updates = 8 * rounds
+    together = torch.cat([s["i"][::3] for _ in range(rounds) for s in UpdateRound(owner, 8)])
+    a, b = (torch.bincount(x, minlength=600).double() for x in (alone, together))
+    seen = (a + b) > 0
+    chi2 = ((a - b) ** 2 / (a + b))[seen].sum().item()
+    assert chi2 / (seen.sum().item() - 1) < 1.3
