@@ -72,12 +72,13 @@ VARIANTS = ("device", "host", "round")
 
 def buffer(variant: str, num_envs: int, args: argparse.Namespace) -> TensorDictReplayBuffer:
     fragmented = num_envs > 1
+    drawn_on = "device" if variant == "device" else "host"  # round: the host samplers, drawn by rounds
     cls = {
-        (True, False): TrajectorySliceSampler,
-        (True, True): InterleavedSliceSampler,
-        (False, False): _DeviceAdjacent,
-        (False, True): _DeviceInterleaved,
-    }[variant != "device", fragmented]
+        ("host", False): TrajectorySliceSampler,
+        ("host", True): InterleavedSliceSampler,
+        ("device", False): _DeviceAdjacent,
+        ("device", True): _DeviceInterleaved,
+    }[drawn_on, fragmented]
     mode = {"fragmented": True, "step_key": "step_count"} if fragmented else {}
     sampler = cls(slice_len=args.slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode)
     storage = DirectTensorStorage(args.fill * 2, device=args.device)
@@ -132,8 +133,7 @@ def samples(variant: str, rb: TensorDictReplayBuffer, n: int) -> Any:
 
 def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
-    variants = VARIANTS
-    buffers = {v: buffer(v, num_envs, args) for v in variants}
+    buffers = {v: buffer(v, num_envs, args) for v in VARIANTS}
     t = 0
     while t * num_envs < args.fill:
         chunk = rows(t, min(5_000, -(-(args.fill - t * num_envs) // num_envs)), num_envs).to(device)
@@ -142,12 +142,13 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
             rb.extend(chunk)
     load = Load(device, args.load_ms)
     updates = num_envs  # one update per env frame
-    per_update: dict[str, list[float]] = {v: [] for v in variants}
-    idle: dict[str, list[float]] = {v: [] for v in variants}
+    per_update: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    idle: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for block in range(args.blocks + 1):  # the first block warms up
-        order = variants if block % 2 else variants[::-1]
+        order = VARIANTS if block % 2 else VARIANTS[::-1]
         for variant in order:
             rb, block_t = buffers[variant], t
+            idle_n = updates if variant == "round" else 1  # samples per timed draw with no device work
             _sync(device)
             start = time.perf_counter()
             for _ in range(args.cycles):
@@ -161,23 +162,22 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(5):
                 _sync(device)
                 start = time.perf_counter()
-                n = updates if variant == "round" else 1
-                for _ in samples(variant, rb, n):
+                for _ in samples(variant, rb, idle_n):
                     pass
                 _sync(device)
                 if block:
-                    idle[variant].append(1e3 * (time.perf_counter() - start) / n)
+                    idle[variant].append(1e3 * (time.perf_counter() - start) / idle_n)
         t = block_t
-    ms = {v: statistics.median(per_update[v]) for v in variants}
+    ms = {v: statistics.median(per_update[v]) for v in VARIANTS}
     result = {
         "num_envs": num_envs,
         "sampler": type(buffers["host"].sampler).__name__,
         "fill": len(buffers["host"]),
         "load_ms": round(load.ms, 3),
-        "ms_per_update": {v: round(ms[v], 3) for v in variants},
+        "ms_per_update": {v: round(ms[v], 3) for v in VARIANTS},
         "host_over_device": round(ms["host"] / ms["device"], 3),
         "round_over_host": round(ms["round"] / ms["host"], 3),
-        "ms_per_sample_idle": {v: round(statistics.median(idle[v]), 3) for v in variants},
+        "ms_per_sample_idle": {v: round(statistics.median(idle[v]), 3) for v in VARIANTS},
     }
     print(json.dumps(result), flush=True)
     return result
