@@ -143,17 +143,32 @@ class MPPIPlanner(nn.Module):
             ``[M, 1]``: ``sum_t γ^t r̂_t + γ^H Q_avg(z_H, π(z_H))``; once the model predicts termination
             (probability > 0.5), later rewards and the bootstrap are dropped.
         """
-        ret = torch.zeros(z.shape[0], 1, device=z.device, dtype=z.dtype)
-        alive = torch.ones_like(ret)
-        discount = 1.0
+        rewards, alive = [], []
         for t in range(self.horizon):
-            ret = ret + discount * alive * model.predict_reward(z, actions[t])
+            rewards.append(model.predict_reward(z, actions[t]))
             z = model.next(z, actions[t])
-            discount = discount * self.discount
             if model.episodic:  # a static model attribute, not a tensor value
-                alive = alive * (model.termination(z) <= 0.5).to(z.dtype)
-        q = model.Q(z, model.pi(z).action, return_type="avg")
-        return ret + discount * alive * q
+                alive.append((model.termination(z) <= 0.5).to(z.dtype))
+        return self.discounted_value(rewards, alive, model.Q(z, model.pi(z).action, return_type="avg"))
+
+    def discounted_value(self, rewards: list[Tensor], alive: list[Tensor], q: Tensor) -> Tensor:
+        """``sum_t γ^t m_t r_t + γ^H m_H q`` with ``m_t`` the product of the alive masks before step ``t``.
+
+        Args:
+            rewards: ``H`` decoded rewards ``[M, 1]``, of ``(z_t, a_t)``.
+            alive: ``H`` masks ``[M, 1]`` (1 where the latent reached at step ``t`` does not terminate), or
+                an empty list (a model without termination).
+            q: ``[M, 1]`` the bootstrap at the horizon.
+        """
+        ret, mask, discount = torch.zeros_like(q), torch.ones_like(q), 1.0
+        for t, reward in enumerate(rewards):
+            if alive and t > 0:
+                mask = mask * alive[t - 1]
+            ret = ret + discount * mask * reward
+            discount = discount * self.discount
+        if alive:
+            mask = mask * alive[-1]
+        return ret + discount * mask * q
 
     def _policy_actions(self, model: LatentModel, z: Tensor) -> Tensor:
         n, p = self.num_envs, self.num_pi_trajs
@@ -181,12 +196,25 @@ class MPPIPlanner(nn.Module):
             ``(mean, std, elite_actions [H, N, K, A], score [N, K])``: the refitted distribution, the elites
             and their normalised weights.
         """
-        n, s, h, a_dim, k = self.num_envs, self.num_samples, self.horizon, self.action_dim, self.num_elites
-        p = self.num_pi_trajs
-        noise = torch.randn(h, n, s - p, a_dim, device=z_rep.device, dtype=z_rep.dtype)
+        actions = self.sample_actions(mean, std, pi_actions)
+        value = self.estimate_value(model, z_rep, actions.reshape(self.horizon, -1, self.action_dim))
+        return self.refit(actions, value)
+
+    def sample_actions(self, mean: Tensor, std: Tensor, pi_actions: Tensor | None) -> Tensor:
+        """An iteration's action sequences ``[H, N, S, A]``: the policy prior's (``pi_actions``
+        ``[H, N, P, A]``, or ``None``) first, then ``S - P`` drawn from ``N(mean, std)`` (each ``[H, N, A]``)
+        and clamped to ``[-1, 1]``."""
+        h, n, a_dim = self.horizon, self.num_envs, self.action_dim
+        noise = torch.randn(
+            h, n, self.num_samples - self.num_pi_trajs, a_dim, device=mean.device, dtype=mean.dtype
+        )
         sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
-        actions = sampled if pi_actions is None else torch.cat([pi_actions, sampled], dim=2)
-        value = self.estimate_value(model, z_rep, actions.reshape(h, n * s, a_dim))
+        return sampled if pi_actions is None else torch.cat([pi_actions, sampled], dim=2)
+
+    def refit(self, actions: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Refits the sampling distribution on the elites of an iteration's ``actions`` ``[H, N, S, A]``
+        scored by ``value`` ``[N * S, 1]`` (NaN counts as 0); returns what :meth:`_iteration` does."""
+        n, s, h, a_dim, k = self.num_envs, self.num_samples, self.horizon, self.action_dim, self.num_elites
         value = value.reshape(n, s).nan_to_num(0.0)
         elite_value, elite_idx = torch.topk(value, k, dim=1)  # [N, K]
         gather_idx = elite_idx.reshape(1, n, k, 1).expand(h, n, k, a_dim)
