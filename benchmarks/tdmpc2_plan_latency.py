@@ -19,9 +19,14 @@ rollout step runs on one input (dynamics, reward and, for an episodic model, the
 just reached) as one stacked network (:class:`StackedHeads`): one matrix product for their first layers, one
 batched product for their second, one LayerNorm and one Mish each. A candidate for the GPU, where a plan's
 small matrix products leave most of the device idle and each launch counts; ``value_max_abs_diff`` is the
-largest difference of the planner's values from the two, on the same inputs and random draws. Several heads
-are timed on one module in ``--blocks`` alternating blocks, each row with ``ms_ratio_to_separate`` (the
-median of the per-block ratios).
+largest difference of the planner's values from the two, on the same inputs and random draws. ``streams``
+runs each MPPI iteration with the rollout's reward and termination heads on two side streams beside the
+dynamics chain (:class:`SideStreamIteration`; with a compiled variant each piece is compiled apart): a CUDA
+graph captured from it holds parallel branches, so about half of an iteration's kernels wait on each other
+in a line; its ``value_max_abs_diff`` compares a whole iteration's outputs (on the GPU's streams, pieces
+uncompiled). On the CPU it runs the same pieces in order. Several heads are timed on one module in
+``--blocks`` alternating blocks, each row with ``ms_ratio_to_separate`` (the median of the per-block
+ratios).
 ``--compile-mode`` sets ``torch.compile``'s mode for the compiled variants (``default``, as ``TorchCompile``
 by default, or ``max-autotune-no-cudagraphs``, which times candidate kernels for each matrix product and
 may generate Triton ones). One mode per run: two compiled copies of ``act`` would share its code's compile
@@ -33,7 +38,7 @@ the profiler sees inside a replay.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
     [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
-    compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked] [--blocks N] [--kernels]
+    compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked streams] [--blocks N] [--kernels]
     [--compile-mode default|max-autotune-no-cudagraphs]
     [--out benchmarks/results/tdmpc2_plan_latency.json]
 """
@@ -41,6 +46,7 @@ Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--thr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -62,11 +68,12 @@ from callbacks._graphed_path import GraphedPath
 from callbacks.torch_compile import GRAPH_MODES, MODES
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
+from rl_lightning.nn.layers import eval_mode
 
 VARIANTS = ("eager", "compiled", "cuda_graphs", "compiled_graphs")
 #: ``TorchCompile``'s modes that leave CUDA graphs to ``GraphedPath`` (the others record their own).
 COMPILE_MODES = tuple(mode for mode in MODES if mode not in GRAPH_MODES)
-HEADS = ("separate", "stacked")
+HEADS = ("separate", "stacked", "streams")
 PLANNER_KEYS = ("horizon", "iterations", "num_samples", "num_pi_trajs", "num_elites")
 CUDA_ONLY = ("cuda_graphs", "compiled_graphs")
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -136,17 +143,97 @@ def stacked_estimate_value(self, model, z: torch.Tensor, actions: torch.Tensor) 
     return ret + discount * alive * q
 
 
-def value_difference(module, device: str) -> float:
-    """Largest difference of the planner's values, separate against stacked heads, same inputs and draws."""
+class SideStreamIteration:
+    """One MPPI iteration with each rollout step's reward and termination heads on side streams.
+
+    The planner's iteration runs its heads one after another on one stream: per rollout step the dynamics,
+    the reward and (episodic model) the termination MLP, then the policy and the Q-ensemble at the horizon.
+    Only the dynamics chain feeds the next step: the reward of step ``t`` reads ``(z_t, a_t)``, the
+    termination mask reads ``z_{t+1}``, and neither feeds a latent. Here the rewards run on one side stream
+    and the termination masks on another, each waiting for the latent it reads, while the dynamics, the
+    bootstrap ``Q(z_H, pi(z_H))`` and the refit stay on the calling stream, which waits for both before the
+    refit. A CUDA graph captured from it holds parallel branches: an iteration's kernels in a line are then
+    the sampling, three dynamics steps, the bootstrap and the refit, about half of them, and the small
+    products of the side streams fill SMs the main stream's leave idle.
+
+    The planner's own pieces (:meth:`MPPIPlanner.sample_actions`, :meth:`MPPIPlanner.discounted_value`,
+    :meth:`MPPIPlanner.refit`) compute the same values with the same random draws. With ``compile_mode``
+    each piece is compiled apart (``dynamic=False``) and the iteration itself is left out of the compiled
+    graph (``torch.compiler.disable``): an Inductor-generated function launches all its kernels on the
+    stream that is current when it is called, so the switches must come between compiled calls. The
+    tensors one stream makes and another reads stay referenced until the streams join, so the caching
+    allocator cannot hand their memory to the other stream early. On the CPU there are no streams and the
+    pieces run in order.
+    """
+
+    def __init__(self, planner, model, compile_mode: str | None = None) -> None:
+        self.planner, self.episodic = planner, model.episodic
+        device = next(model.parameters()).device
+        self.side = [torch.cuda.Stream(device) for _ in range(2)] if device.type == "cuda" else None
+
+        def compiled(fn):
+            return fn if compile_mode is None else torch.compile(fn, mode=compile_mode, dynamic=False)
+
+        self.sample = compiled(planner.sample_actions)
+        self.reward = compiled(model.predict_reward)
+        self.next = compiled(model.next)
+        self.alive = compiled(lambda z: (model.termination(z) <= 0.5).to(z.dtype))
+        self.bootstrap = compiled(lambda z: model.Q(z, model.pi(z).action, return_type="avg"))
+        self.refit = compiled(lambda a, r, m, q: planner.refit(a, planner.discounted_value(r, m, q)))
+
+    def _on(self, i: int, main):
+        """Stream ``i`` from here on, after the work the main stream has queued so far."""
+        if self.side is None:
+            return contextlib.nullcontext()
+        self.side[i].wait_stream(main)
+        return torch.cuda.stream(self.side[i])
+
+    @torch.compiler.disable
+    def __call__(self, model, z_rep, mean, std, pi_actions):
+        """What :meth:`MPPIPlanner._iteration` returns, for the same arguments."""
+        h = self.planner.horizon
+        actions = self.sample(mean, std, pi_actions)
+        flat = actions.reshape(h, -1, self.planner.action_dim)
+        main = torch.cuda.current_stream(z_rep.device) if self.side else None
+        zs, rewards, alive = [z_rep], [], []
+        for t in range(h):
+            with self._on(0, main):
+                rewards.append(self.reward(zs[t], flat[t]))
+            zs.append(self.next(zs[t], flat[t]))
+            if self.episodic:
+                with self._on(1, main):
+                    alive.append(self.alive(zs[t + 1]))
+        q = self.bootstrap(zs[h])
+        if self.side:
+            for stream in self.side:
+                main.wait_stream(stream)
+        return self.refit(actions, rewards, alive, q)
+
+
+def value_difference(module, device: str, heads: str) -> float:
+    """Largest difference from the planner's own computation, same inputs and draws: of the values for
+    ``stacked``; of a whole iteration's outputs (mean, std, elites, their weights) for ``streams``, whose
+    pieces run uncompiled on the streams (on a GPU)."""
     planner, model, hp = module.planner, module.model, module.hparams
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):  # as the module plans
         z = model.encode(torch.randn(hp.num_samples, module.obs_shape[0], device=device))
-        actions = torch.rand(hp.horizon, hp.num_samples, module.action_dim, device=device) * 2 - 1
+        if heads == "stacked":
+            actions = torch.rand(hp.horizon, hp.num_samples, module.action_dim, device=device) * 2 - 1
+            torch.manual_seed(1)
+            separate = type(planner).estimate_value(planner, model, z, actions)
+            torch.manual_seed(1)
+            stacked = stacked_estimate_value(planner, model, z, actions)
+            return float((separate - stacked).abs().max())
+        z_rep = z[: planner.num_envs].repeat_interleave(planner.num_samples, 0)
+        mean = torch.rand(planner.horizon, planner.num_envs, module.action_dim, device=device) - 0.5
+        std, pi_actions = torch.full_like(mean, 0.5), None
+        if planner.num_pi_trajs:
+            pi_actions = planner._policy_actions(model, z[: planner.num_envs])
         torch.manual_seed(1)
-        separate = type(planner).estimate_value(planner, model, z, actions)
+        own = type(planner)._iteration(planner, model, z_rep, mean, std, pi_actions)
         torch.manual_seed(1)
-        stacked = stacked_estimate_value(planner, model, z, actions)
-    return float((separate - stacked).abs().max())
+        streamed = SideStreamIteration(planner, model)(model, z_rep, mean, std, pi_actions)
+        return max(float((a - b).abs().max()) for a, b in zip(own, streamed))
 
 
 def set_precision(precision: str) -> None:
@@ -209,23 +296,27 @@ def wrapped_act(
         act = with_autocast(act, device)
     if variant in ("compiled", "compiled_graphs"):
         act = torch.compile(act, mode=compile_mode, fullgraph=False, dynamic=False)
-    act = with_heads(module, heads, act)
+    act = with_heads(module, heads, act, compile_mode if variant.startswith("compiled") else None)
     if variant in CUDA_ONLY:
         act = graphed(act, device)
     return act
 
 
-def with_heads(module: torch.nn.Module, heads: str, act):
-    """``act`` planning with the ``heads`` estimator: ``stacked`` sets it on the planner first, ``separate``
-    removes any such setting, so the planner's own method runs."""
+def with_heads(module: torch.nn.Module, heads: str, act, compile_mode: str | None = None):
+    """``act`` planning with the ``heads`` estimator: ``stacked`` sets it on the planner first, ``streams``
+    sets the planner's iteration to a :class:`SideStreamIteration` (its pieces compiled with
+    ``compile_mode``, if given), ``separate`` removes any such setting, so the planner's own methods run."""
     planner = module.planner
     stacked = types.MethodType(stacked_estimate_value, planner)
+    streamed = SideStreamIteration(planner, module.model, compile_mode) if heads == "streams" else None
 
     def run(td):
+        planner.__dict__.pop("estimate_value", None)
+        planner.__dict__.pop("_iterate", None)
         if heads == "stacked":
             planner.estimate_value = stacked
-        else:
-            planner.__dict__.pop("estimate_value", None)
+        elif heads == "streams":
+            planner._iterate = streamed
         return act(td)
 
     return run
@@ -268,17 +359,18 @@ def latency(
 
     Several heads are timed on one module in ``blocks`` alternating blocks (the order flips every block),
     so load on the machine falls on both alike; each row then has ``ms_ratio_to_separate``, the median of
-    the per-block ratios. When ``stacked`` is among ``heads``, the weights get seeded noise first (the
-    zero-initialised last layers would make the values trivial), the same for every head.
+    the per-block ratios. When ``stacked`` or ``streams`` is among ``heads``, the weights get seeded noise
+    first (the zero-initialised last layers would make the values trivial, and their ties the elites), the
+    same for every head.
     """
     module, td_fn = planning_module(size, num_envs, device)
-    value_diff = None
-    if "stacked" in heads:
+    value_diff = {}
+    if set(heads) - {"separate"}:
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for p in module.model.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
-        value_diff = value_difference(module, device)
+        value_diff = {h: value_difference(module, device, h) for h in heads if h != "separate"}
     if device == "cuda":
         set_precision(precision)
 
@@ -306,8 +398,8 @@ def latency(
         if len(heads) > 1 and "separate" in heads:
             ratios = [a / b for a, b in zip(block_ms[h], block_ms["separate"])]
             extra["ms_ratio_to_separate"] = round(statistics.median(ratios), 3)
-        if h == "stacked":
-            extra["value_max_abs_diff"] = value_diff
+        if h in value_diff:
+            extra["value_max_abs_diff"] = value_diff[h]
         rows.append({
             "variant": variant,
             "precision": precision,

@@ -379,6 +379,89 @@ def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values
     torch.testing.assert_close(stacked, expected, rtol=1e-5, atol=1e-5)
 
 
+def _noisy(model: WorldModel, seed: int = 2) -> WorldModel:
+    """The model with seeded noise on its weights: zero-initialised last layers would give every action
+    sequence the value 0, and the elites would then be ties."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+@pytest.mark.parametrize("episodic", [False, True])
+def test_side_stream_iteration_of_the_latency_benchmark_gives_the_planners_iteration(
+    episodic: bool, load_benchmark
+) -> None:
+    """The candidate ``--heads streams`` times (rewards and termination masks on side streams, which the CPU
+    runs in order) returns what the planner's own iteration does, elites included, with the same draws."""
+    bench = load_benchmark("tdmpc2_plan_latency")
+    model = _noisy(small_model(episodic=episodic)).eval()
+    planner = MPPIPlanner(ACT, num_envs=2, num_samples=128, num_pi_trajs=8, num_elites=16)
+    z = model.encode(torch.randn(2, OBS, generator=torch.Generator().manual_seed(4)))
+    z_rep = z.repeat_interleave(128, 0)
+    mean, std = torch.full((3, 2, ACT), 0.2), torch.full((3, 2, ACT), 0.7)
+    with torch.no_grad():
+        pi_actions = planner._policy_actions(model, z)
+        torch.manual_seed(5)
+        expected = planner._iteration(model, z_rep, mean, std, pi_actions)
+        after = torch.rand(1)
+        torch.manual_seed(5)
+        streamed = bench.SideStreamIteration(planner, model)(model, z_rep, mean, std, pi_actions)
+        assert torch.rand(1) == after  # the same number of draws
+    for got, want in zip(streamed, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_compiled_plan_with_the_side_stream_iteration_is_the_eager_plan(load_benchmark) -> None:
+    """Compiled as ``--heads streams --variants compiled`` runs it: each piece compiled apart, the iteration
+    outside the graph of the compiled ``forward``, the plan the eager one (Inductor draws with torch's
+    generator here)."""
+    bench = load_benchmark("tdmpc2_plan_latency")
+    model = _noisy(small_model(episodic=True)).eval()
+    z = model.encode(torch.randn(2, OBS, generator=torch.Generator().manual_seed(4)))
+
+    def plan(streams: bool) -> list[Tensor]:
+        planner = MPPIPlanner(ACT, num_envs=2, num_samples=128, num_pi_trajs=8, num_elites=16)
+        forward = planner.forward
+        if streams:
+            planner._iterate = bench.SideStreamIteration(planner, model, compile_mode="default")
+            forward = torch.compile(planner.forward, dynamic=False)
+        torch.manual_seed(6)
+        return [forward(model, z) for _ in range(2)] + [planner.prev_mean]
+
+    with torch._inductor.config.patch(fallback_random=True):
+        got = plan(streams=True)
+    # Inductor's fused sums round differently (1e-5 seen); other elites would move the plan by 0.1 or more
+    for a, b in zip(got, plan(streams=False), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_graphed_plan_with_side_streams_is_the_eager_plan_on_gpu(load_benchmark) -> None:
+    """On a GPU the side streams run beside the main one, and a CUDA graph captured from them holds the
+    branches: the actions and warm starts of ``--heads streams --variants cuda_graphs`` (warm-up calls,
+    capture, replays) are the eager planner's, from the same warm start and seed."""
+    bench = load_benchmark("tdmpc2_plan_latency")
+    module, td_fn = bench.planning_module("1M", 2, "cuda")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in module.model.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
+    eager = bench.wrapped_act(module, "eager", "cuda")
+    graphed = bench.wrapped_act(module, "cuda_graphs", "cuda", heads="streams")
+    warm_start = module.planner.prev_mean
+    for seed in range(6):
+        td, start = td_fn(), warm_start.clone()
+        torch.manual_seed(seed)
+        want, want_mean = eager(td.clone())["action"].clone(), warm_start.clone()
+        warm_start.copy_(start)
+        torch.manual_seed(seed)
+        got = graphed(td.clone())["action"].clone()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(warm_start, want_mean, rtol=1e-5, atol=1e-5)
+
+
 def test_planner_shapes_bounds_and_determinism() -> None:
     model = small_model(episodic=True).eval()
     z = model.encode(torch.randn(3, OBS))
