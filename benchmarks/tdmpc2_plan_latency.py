@@ -124,23 +124,20 @@ class StackedHeads:
 
 
 def stacked_estimate_value(self, model, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """``MPPIPlanner.estimate_value`` with :class:`StackedHeads`: the same sum and the same random draws, the
-    termination of the latent reached at step ``t`` applied at step ``t + 1`` (before its reward), as the
-    planner's own masking does."""
+    """``MPPIPlanner.estimate_value`` with :class:`StackedHeads`: the same random draws and the planner's own
+    sum (``discounted_value``); the termination of the latent reached at step ``t`` is computed at step
+    ``t + 1``, with that step's heads."""
     heads = StackedHeads(model)
-    ret = torch.zeros(z.shape[0], 1, device=z.device, dtype=z.dtype)
-    alive = torch.ones_like(ret)
-    discount = 1.0
+    rewards, alive = [], []
     for t in range(self.horizon):
         z_next, reward, term = heads(z, actions[t], termination=model.episodic and t > 0)
         if term is not None:
-            alive = alive * (term <= 0.5).to(z.dtype)
-        ret = ret + discount * alive * reward
-        z, discount = z_next, discount * self.discount
+            alive.append((term <= 0.5).to(z.dtype))
+        rewards.append(reward)
+        z = z_next
     if model.episodic:
-        alive = alive * (model.termination(z) <= 0.5).to(z.dtype)
-    q = model.Q(z, model.pi(z).action, return_type="avg")
-    return ret + discount * alive * q
+        alive.append((model.termination(z) <= 0.5).to(z.dtype))
+    return self.discounted_value(rewards, alive, model.Q(z, model.pi(z).action, return_type="avg"))
 
 
 class SideStreamIteration:
