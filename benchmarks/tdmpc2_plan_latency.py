@@ -38,8 +38,8 @@ the profiler sees inside a replay.
 
 Usage: python benchmarks/tdmpc2_plan_latency.py [--calls 30] [--warmup 5] [--threads 1]
     [--num-envs 1 8] [--sizes 5M 1M] [--devices cpu cuda] [--variants eager compiled cuda_graphs
-    compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked streams] [--blocks N] [--kernels]
-    [--compile-mode default|max-autotune-no-cudagraphs]
+    compiled_graphs] [--precisions fp32 tf32 bf16] [--heads separate stacked streams] [--blocks N]
+    [--kernels] [--compile-mode default|max-autotune-no-cudagraphs]
     [--out benchmarks/results/tdmpc2_plan_latency.json]
 """
 
