@@ -164,7 +164,7 @@ class SideStreamIteration:
     """
 
     def __init__(self, planner, model, compile_mode: str | None = None) -> None:
-        self.planner, self.episodic = planner, model.episodic
+        self.planner, self.model, self.episodic = planner, model, model.episodic
         device = next(model.parameters()).device
         self.side = [torch.cuda.Stream(device) for _ in range(2)] if device.type == "cuda" else None
 
@@ -187,7 +187,10 @@ class SideStreamIteration:
 
     @torch.compiler.disable
     def __call__(self, model, z_rep, mean, std, pi_actions):
-        """What :meth:`MPPIPlanner._iteration` returns, for the same arguments."""
+        """What :meth:`MPPIPlanner._iteration` returns, for the same arguments (the pieces hold the model
+        this was built with; ``model`` is the planner's argument, checked to be that one)."""
+        if model is not self.model:
+            raise ValueError("SideStreamIteration: built for another model than the one it is called with.")
         h = self.planner.horizon
         actions = self.sample(mean, std, pi_actions)
         flat = actions.reshape(h, -1, self.planner.action_dim)
