@@ -15,7 +15,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 IMAGES = ROOT / "docs" / "images" / "curves"
 PAGE = ROOT / "docs" / "learning-curves.md"
 #: Which curves to draw where "every eval curve" would be too many panels.
-METRIC = {"tdmpc2_hockey": "win_rate"}
+METRIC = {"tdmpc2_hockey": "win_rate", "tdmpc2_hockey_rounds": "win_rate"}
 
 
 def write() -> Path:
