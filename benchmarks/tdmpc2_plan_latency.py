@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -136,8 +137,8 @@ def stacked_estimate_value(self, model, z: torch.Tensor, actions: torch.Tensor) 
         rewards.append(reward)
         z = z_next
     if model.episodic:
-        alive.append((model.termination(z) <= 0.5).to(z.dtype))
-    return self.discounted_value(rewards, alive, model.Q(z, model.pi(z).action, return_type="avg"))
+        alive.append(self.alive_mask(model, z))
+    return self.discounted_value(rewards, alive, self.bootstrap(model, z))
 
 
 class SideStreamIteration:
@@ -174,8 +175,8 @@ class SideStreamIteration:
         self.sample = compiled(planner.sample_actions)
         self.reward = compiled(model.predict_reward)
         self.next = compiled(model.next)
-        self.alive = compiled(lambda z: (model.termination(z) <= 0.5).to(z.dtype))
-        self.bootstrap = compiled(lambda z: model.Q(z, model.pi(z).action, return_type="avg"))
+        self.alive = compiled(functools.partial(planner.alive_mask, model))
+        self.bootstrap = compiled(functools.partial(planner.bootstrap, model))
         self.refit = compiled(lambda a, r, m, q: planner.refit(a, planner.discounted_value(r, m, q)))
 
     def _on(self, i: int, main):

@@ -148,8 +148,8 @@ class MPPIPlanner(nn.Module):
             rewards.append(model.predict_reward(z, actions[t]))
             z = model.next(z, actions[t])
             if model.episodic:  # a static model attribute, not a tensor value
-                alive.append((model.termination(z) <= 0.5).to(z.dtype))
-        return self.discounted_value(rewards, alive, model.Q(z, model.pi(z).action, return_type="avg"))
+                alive.append(self.alive_mask(model, z))
+        return self.discounted_value(rewards, alive, self.bootstrap(model, z))
 
     def discounted_value(self, rewards: list[Tensor], alive: list[Tensor], q: Tensor) -> Tensor:
         """``sum_t γ^t m_t r_t + γ^H m_H q`` with ``m_t`` the product of the alive masks before step ``t``.
@@ -162,13 +162,21 @@ class MPPIPlanner(nn.Module):
         """
         ret, mask, discount = torch.zeros_like(q), torch.ones_like(q), 1.0
         for t, reward in enumerate(rewards):
-            if alive and t > 0:
-                mask = mask * alive[t - 1]
             ret = ret + discount * mask * reward
             discount = discount * self.discount
-        if alive:
-            mask = mask * alive[-1]
+            if alive:
+                mask = mask * alive[t]
         return ret + discount * mask * q
+
+    @staticmethod
+    def alive_mask(model: LatentModel, z: Tensor) -> Tensor:
+        """``[M, 1]``: 1 where the model predicts no termination in latent ``z`` (probability <= 0.5)."""
+        return (model.termination(z) <= 0.5).to(z.dtype)
+
+    @staticmethod
+    def bootstrap(model: LatentModel, z: Tensor) -> Tensor:
+        """``[M, 1]``: ``Q_avg(z, π(z))``, the value of the rollout's last latent."""
+        return model.Q(z, model.pi(z).action, return_type="avg")
 
     def _policy_actions(self, model: LatentModel, z: Tensor) -> Tensor:
         n, p = self.num_envs, self.num_pi_trajs
