@@ -13,6 +13,10 @@ after the fit, the metrics of every update and every action must match the run w
 - ``MixedPrecision`` (bf16): 8 mantissa bits in matmuls; a looser test on the parameter *changes*
   (relative error) and on the share of equal actions.
 
+The families of ``test_callbacks_equivalence_{actor_critic,quantile,options}.py`` run the first four of
+these through ``FamilyEquivalence`` (a ``Test...`` class per family, one case per experiment), and their
+GPU tests through ``run(..., device="cuda")``.
+
 The end of the file runs ``fit`` through the real CLI with the CPU-acting callbacks and resumes it with
 ``ckpt_path=last``: the callbacks' state (compile time, throughput counters) and the fused optimizer state
 come back and carry on.
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import lightning as L
 import pytest
@@ -68,7 +73,8 @@ class FixedBatches:
 
 
 class Recorder(L.Callback):
-    """Records what ``update`` returns and, after every update, calls ``act`` on fixed observations.
+    """Records what ``update`` returns and, after every update, calls ``act`` on fixed observations (moved
+    to the module's device; the actions are kept on the CPU).
 
     Listed last, it wraps ``update`` outermost, around the other callbacks' wrappers.
     """
@@ -90,9 +96,9 @@ class Recorder(L.Callback):
         wrap_hot_path(pl_module, "update", record, owner=self)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        td = self.observations[len(self.actions)].clone()
+        td = self.observations[len(self.actions)].clone().to(pl_module.device)
         with torch.no_grad():
-            self.actions.append(pl_module.act(td).get("action").clone())
+            self.actions.append(pl_module.act(td).get("action").clone().cpu())
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         restore_hot_paths(pl_module, self)
@@ -107,17 +113,22 @@ class Result:
 
 
 def run(
-    overrides: list[str], make_data: Callable[[torch.nn.Module], tuple[list, list]], callbacks: list
+    overrides: list[str],
+    make_data: Callable[..., tuple[list, list]],
+    callbacks: list,
+    device: str = "cpu",
+    updates: int = K,
 ) -> Result:
-    """A seeded fit of the experiment's module on fixed batches with ``callbacks``."""
-    cfg = compose(overrides)
+    """A seeded fit of the experiment's module on ``updates`` fixed batches with ``callbacks``, on
+    ``device`` (``cpu`` or ``cuda``); the parameters before and after it are kept on the CPU."""
+    cfg = compose([*overrides, f"device={device}"])
     torch.manual_seed(0)
     module = build_module(cfg, env_config(cfg))
-    batches, observations = make_data(module)
-    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    batches, observations = make_data(module, k=updates)
+    before = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     recorder = Recorder(observations)
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator="cpu" if device == "cpu" else "gpu",
         devices=1,
         max_epochs=1,
         logger=False,
@@ -130,8 +141,8 @@ def run(
     torch.manual_seed(1)
     with torch._inductor.config.patch(fallback_random=True):
         trainer.fit(module, train_dataloaders=FixedBatches(batches))
-    after = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    assert len(recorder.actions) == len(recorder.metrics) == K
+    after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    assert len(recorder.actions) == len(recorder.metrics) == updates
     return Result(before, after, recorder.actions, recorder.metrics)
 
 
@@ -214,6 +225,83 @@ def compile_run(overrides: list[str], make_data: Callable) -> Result:
     return run(overrides, make_data, [TorchCompile(mode="default")])
 
 
+@dataclass(frozen=True)
+class Bf16Bounds:
+    """A family's bounds on a bf16 run against float32 (besides ``BF16_FIRST_LOSS``)."""
+
+    cosine: float  # the parameter changes' cosine is above it
+    signs: float  # the share of larger-than-median changes with float32's sign is above it
+    actions: float  # the share of equal actions (discrete) is at least it
+    action_gap: float  # the mean |action difference| as a share of the action range is below it (continuous)
+
+
+_REFERENCES: dict[tuple[type, str], Result] = {}
+
+
+class FamilyEquivalence:
+    """The CPU tests that each family's file runs on each of its experiments: a family subclasses this as
+    ``Test<Family>Callbacks`` with its ``EXPERIMENTS``, ``make_data`` and bf16 bounds, and every test here
+    takes ``name``, one of the experiments.
+
+    - ``FusedOptimizer``, ``DirectSteps``, ``TorchCompile`` on ``act`` and (``slow``) on every hot path:
+      float32 rounding only, ``DirectSteps`` bit for bit.
+    - ``MixedPrecision`` (bf16): the first update's loss ``loss_key(name)`` within ``BF16_FIRST_LOSS``, and
+      the family's ``BF16`` bounds on the parameter change and the actions.
+    """
+
+    EXPERIMENTS: ClassVar[dict[str, list[str]]]
+    EXACT_ACTIONS: ClassVar[frozenset[str]]  # the experiments whose actions compare bit for bit (discrete)
+    BF16: ClassVar[Bf16Bounds]
+
+    @staticmethod
+    def make_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
+        raise NotImplementedError
+
+    def loss_key(self, name: str) -> str:
+        """The loss whose first-update value bf16 must keep."""
+        return "loss_qvalue"
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "name" in metafunc.fixturenames:
+            metafunc.parametrize("name", sorted(self.EXPERIMENTS))
+
+    def reference(self, name: str) -> Result:
+        """The run without callbacks, once per experiment and process."""
+        key = (type(self), name)
+        if key not in _REFERENCES:
+            _REFERENCES[key] = run(self.EXPERIMENTS[name], self.make_data, [])
+        return _REFERENCES[key]
+
+    def test_fused_optimizer_matches(self, name: str) -> None:
+        other = run(self.EXPERIMENTS[name], self.make_data, [FusedOptimizer()])
+        assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+
+    def test_direct_steps_match(self, name: str) -> None:
+        assert_direct_steps_match(self.reference(name), self.EXPERIMENTS[name], self.make_data)
+
+    def test_compiled_act_matches(self, name: str) -> None:
+        other = run(self.EXPERIMENTS[name], self.make_data, [TorchCompile(mode="default", paths=["act"])])
+        assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+
+    @pytest.mark.slow
+    def test_compile_matches(self, name: str) -> None:
+        other = compile_run(self.EXPERIMENTS[name], self.make_data)
+        assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+
+    def test_bf16_close(self, name: str) -> None:
+        ref, low = self.reference(name), run(self.EXPERIMENTS[name], self.make_data, [MixedPrecision("bf16")])
+        assert metrics_rel_diff(ref, low, step=0, keys=[self.loss_key(name)]) < BF16_FIRST_LOSS
+        cosine, signs = change_agreement(ref, low)
+        assert cosine > self.BF16.cosine and signs > self.BF16.signs, (cosine, signs)
+        if name in self.EXACT_ACTIONS:
+            same = torch.cat([a == b for a, b in zip(ref.actions, low.actions)]).float().mean().item()
+            assert same >= self.BF16.actions
+        else:
+            scale = ref.before["actions.scale"]
+            gap = torch.stack([(a - b).abs().mean() for a, b in zip(ref.actions, low.actions)]).mean()
+            assert gap / (2 * scale.max()) < self.BF16.action_gap
+
+
 # ---------------------------------------------------------------------------------------------- DQN
 DQN = [
     "+experiment=dqn_cartpole",
@@ -224,7 +312,7 @@ DQN = [
 ]
 
 
-def dqn_data(module: torch.nn.Module) -> tuple[list, list]:
+def dqn_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
     g = torch.Generator().manual_seed(123)
     obs_dim, b = int(module.obs_shape[0]), 64
 
@@ -245,8 +333,8 @@ def dqn_data(module: torch.nn.Module) -> tuple[list, list]:
             batch_size=[b],
         )
 
-    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(K)]
-    return [batch() for _ in range(K)], obs
+    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
+    return [batch() for _ in range(k)], obs
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +376,7 @@ TDMPC2 = [
 ]
 
 
-def tdmpc2_data(module: torch.nn.Module) -> tuple[list, list]:
+def tdmpc2_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
     g = torch.Generator().manual_seed(321)
     h, n_slices = module.horizon, 8
     obs_dim, act_dim = int(module.obs_shape[0]), module.action_dim
@@ -315,9 +403,9 @@ def tdmpc2_data(module: torch.nn.Module) -> tuple[list, list]:
         TensorDict(
             {"observation": torch.randn(n, obs_dim, generator=g), "step_count": torch.full((n, 1), i)}, [n]
         )
-        for i in range(K)
+        for i in range(k)
     ]
-    return [batch() for _ in range(K)], obs
+    return [batch() for _ in range(k)], obs
 
 
 @pytest.fixture(scope="module")

@@ -20,22 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import lightning as L
 import pytest
 import torch
 from tensordict import TensorDict
 from test_callbacks_equivalence import (
     ACT_N,
-    BF16_FIRST_LOSS,
-    FixedBatches,
+    Bf16Bounds,
+    FamilyEquivalence,
     K,
-    Recorder,
     Result,
     assert_close_runs,
-    assert_direct_steps_match,
-    assert_matches,
-    change_agreement,
-    compile_run,
     metrics_rel_diff,
     run,
 )
@@ -43,13 +37,9 @@ from test_callbacks_equivalence import (
 from callbacks import (
     TF32,
     CudaGraphs,
-    FusedOptimizer,
-    MixedPrecision,
     NonBlockingTransfer,
     TorchCompile,
 )
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import build_module, env_config
 
 SMALL = ["device=cpu", "algo.hidden_sizes=[32,32]"]
 EXPERIMENTS = {
@@ -63,10 +53,7 @@ EXPERIMENTS = {
 # cosine of 0.996 to 0.998 with float32's and 99.6 to 99.97% of its larger-than-median entries keep their
 # sign; continuous actions move by less than 0.06% of the action range, 98% of discrete ones are equal.
 # The bounds allow about 5x to 20x that.
-BF16_COSINE = 0.95
-BF16_SIGNS = 0.97
-BF16_ACTION_GAP = 0.01  # mean |action difference| as a share of the action range (continuous)
-BF16_ACTIONS = 0.9  # share of equal actions (discrete)
+BF16 = Bf16Bounds(cosine=0.95, signs=0.97, actions=0.9, action_gap=0.01)
 
 
 def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, list]:
@@ -101,92 +88,19 @@ def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, l
     return [batch() for _ in range(k)], obs
 
 
-def exact_actions(name: str) -> bool:
-    return name == "sac_discrete"  # argmax of near-equal logits; continuous actions compare to EXACT_ATOL
-
-
-_REFERENCES: dict[str, Result] = {}
-
-
-def reference(name: str) -> Result:
-    if name not in _REFERENCES:
-        _REFERENCES[name] = run(EXPERIMENTS[name], make_data, [])
-    return _REFERENCES[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_fused_optimizer_matches(name: str) -> None:
-    other = run(EXPERIMENTS[name], make_data, [FusedOptimizer()])
-    assert_matches(reference(name), other, exact_actions=exact_actions(name))
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_direct_steps_match(name: str) -> None:
-    assert_direct_steps_match(reference(name), EXPERIMENTS[name], make_data)
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_compiled_act_matches(name: str) -> None:
-    other = run(EXPERIMENTS[name], make_data, [TorchCompile(mode="default", paths=["act"])])
-    assert_matches(reference(name), other, exact_actions=exact_actions(name))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_compile_matches(name: str) -> None:
-    assert_matches(reference(name), compile_run(EXPERIMENTS[name], make_data), exact_actions(name))
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_bf16_close(name: str) -> None:
-    ref, low = reference(name), run(EXPERIMENTS[name], make_data, [MixedPrecision("bf16")])
-    assert metrics_rel_diff(ref, low, step=0, keys=["loss_qvalue"]) < BF16_FIRST_LOSS
-    cosine, signs = change_agreement(ref, low)
-    assert cosine > BF16_COSINE and signs > BF16_SIGNS, (cosine, signs)
-    if exact_actions(name):
-        same = torch.cat([a == b for a, b in zip(ref.actions, low.actions)]).float().mean().item()
-        assert same >= BF16_ACTIONS
-    else:
-        scale = ref.before["actions.scale"]
-        gap = torch.stack([(a - b).abs().mean() for a, b in zip(ref.actions, low.actions)]).mean()
-        assert gap / (2 * scale.max()) < BF16_ACTION_GAP
+class TestActorCriticCallbacks(FamilyEquivalence):
+    EXPERIMENTS = EXPERIMENTS
+    EXACT_ACTIONS = frozenset({"sac_discrete"})  # argmax of near-equal logits; continuous ones to EXACT_ATOL
+    BF16 = BF16
+    make_data = staticmethod(make_data)
 
 
 # ------------------------------------------------------------------------------------------------ GPU
 GPU_K = 12  # TD3 alternates critic-only and full updates: 6 calls each, 3 of them replays after warm-up
 
 
-class _DeviceRecorder(Recorder):
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        td = self.observations[len(self.actions)].to(pl_module.device)
-        with torch.no_grad():
-            self.actions.append(pl_module.act(td).get("action").clone().cpu())
-
-
 def run_gpu(overrides: list[str], callbacks: list) -> Result:
-    """The seeded fit of ``run`` on CUDA, for ``GPU_K`` updates."""
-    cfg = compose([*overrides, "device=cuda"])
-    torch.manual_seed(0)
-    module = build_module(cfg, env_config(cfg))
-    batches, observations = make_data(module, k=GPU_K)
-    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    recorder = _DeviceRecorder(observations)
-    trainer = L.Trainer(
-        accelerator="gpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[*callbacks, recorder],
-    )
-    torch.manual_seed(1)
-    with torch._inductor.config.patch(fallback_random=True):
-        trainer.fit(module, train_dataloaders=FixedBatches(batches))
-    after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    return Result({k: v.cpu() for k, v in before.items()}, after, recorder.actions, recorder.metrics)
+    return run(overrides, make_data, callbacks, device="cuda", updates=GPU_K)
 
 
 _GPU_CALLBACKS: dict[str, Callable[[], list]] = {

@@ -20,29 +20,20 @@ take both its critic-only and its full variant.
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
 from tensordict import TensorDict
 from test_callbacks_equivalence import (
     ACT_N,
-    BF16_FIRST_LOSS,
-    FixedBatches,
+    Bf16Bounds,
+    FamilyEquivalence,
     K,
-    Recorder,
     Result,
     assert_close_runs,
-    assert_direct_steps_match,
-    assert_matches,
-    change_agreement,
-    compile_run,
-    metrics_rel_diff,
     run,
 )
 
-from callbacks import CudaGraphs, FusedOptimizer, MixedPrecision, TorchCompile
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import build_module, env_config
+from callbacks import CudaGraphs, TorchCompile
 
 DISCRETE = ["device=cpu", "algo.hidden_sizes=[32,32]", "algo.hard_update_every=2"]
 EPS = ["algo.eps_start=0.3", "algo.eps_end=0.3"]  # random and greedy actions both exercised
@@ -57,16 +48,12 @@ EXPERIMENTS = {
         "algo.critic_hidden_sizes=[32,32]", *SMALL_IQN, "algo.policy_delay=2",
     ],
 }  # fmt: skip
-LOSS = {"aciqn": "loss_qvalue"}
 # Measured here (CPU, torch 2.13), bf16 against float32 after K = 4 updates: the first update's loss within
 # 0.01-0.07%; the parameter change has a cosine of 0.98-1.0 with float32's and over 99.5% of its
 # larger-than-median entries keep their sign; 88% (C51: its Q-values are expectations over a 0-100 support of
 # nearly uniform probabilities after 4 updates, so greedy actions flip on near-ties) to 100% of the discrete
 # actions are equal. The bounds allow about 2x to 5x the differences.
-BF16_COSINE = 0.9
-BF16_SIGNS = 0.95
-BF16_ACTIONS = 0.75
-BF16_ACTION_GAP = 0.1  # AC-IQN: mean |action difference| as a share of the action range
+BF16 = Bf16Bounds(cosine=0.9, signs=0.95, actions=0.75, action_gap=0.1)  # action_gap: AC-IQN
 
 
 def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, list]:
@@ -100,86 +87,22 @@ def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, l
     return [batch() for _ in range(k)], obs
 
 
-def exact_actions(name: str) -> bool:
-    return name != "aciqn"
+class TestQuantileCallbacks(FamilyEquivalence):
+    EXPERIMENTS = EXPERIMENTS
+    EXACT_ACTIONS = frozenset(EXPERIMENTS) - {"aciqn"}
+    BF16 = BF16
+    make_data = staticmethod(make_data)
 
-
-_REFERENCES: dict[str, Result] = {}
-
-
-def reference(name: str) -> Result:
-    if name not in _REFERENCES:
-        _REFERENCES[name] = run(EXPERIMENTS[name], make_data, [])
-    return _REFERENCES[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_fused_optimizer_matches(name: str) -> None:
-    other = run(EXPERIMENTS[name], make_data, [FusedOptimizer()])
-    assert_matches(reference(name), other, exact_actions=exact_actions(name))
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_direct_steps_match(name: str) -> None:
-    assert_direct_steps_match(reference(name), EXPERIMENTS[name], make_data)
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_compiled_act_matches(name: str) -> None:
-    other = run(EXPERIMENTS[name], make_data, [TorchCompile(mode="default", paths=["act"])])
-    assert_matches(reference(name), other, exact_actions=exact_actions(name))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_compile_matches(name: str) -> None:
-    assert_matches(reference(name), compile_run(EXPERIMENTS[name], make_data), exact_actions(name))
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_bf16_close(name: str) -> None:
-    ref, low = reference(name), run(EXPERIMENTS[name], make_data, [MixedPrecision("bf16")])
-    assert metrics_rel_diff(ref, low, step=0, keys=[LOSS.get(name, "loss")]) < BF16_FIRST_LOSS
-    cosine, signs = change_agreement(ref, low)
-    assert cosine > BF16_COSINE and signs > BF16_SIGNS, (cosine, signs)
-    if exact_actions(name):
-        same = torch.cat([a == b for a, b in zip(ref.actions, low.actions)]).float().mean().item()
-        assert same >= BF16_ACTIONS
-    else:
-        scale = ref.before["actions.scale"]
-        gap = torch.stack([(a - b).abs().mean() for a, b in zip(ref.actions, low.actions)]).mean()
-        assert gap / (2 * scale.max()) < BF16_ACTION_GAP
+    def loss_key(self, name: str) -> str:
+        return "loss_qvalue" if name == "aciqn" else "loss"
 
 
 # ------------------------------------------------------------------------------------------------ GPU
 GPU_K = 12  # enough calls that each update variant (AC-IQN: critic-only and full) is captured and replayed
 
 
-class _DeviceRecorder(Recorder):
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        td = self.observations[len(self.actions)].to(pl_module.device)
-        with torch.no_grad():
-            self.actions.append(pl_module.act(td).get("action").clone().cpu())
-
-
 def run_gpu(overrides: list[str], callbacks: list) -> Result:
-    """The seeded fit of ``run`` on CUDA, for ``GPU_K`` updates."""
-    cfg = compose([*overrides, "device=cuda"])
-    torch.manual_seed(0)
-    module = build_module(cfg, env_config(cfg))
-    batches, observations = make_data(module, k=GPU_K)
-    before = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    recorder = _DeviceRecorder(observations)
-    trainer = L.Trainer(
-        accelerator="gpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        callbacks=[*callbacks, recorder],
-    )  # fmt: skip
-    torch.manual_seed(1)
-    with torch._inductor.config.patch(fallback_random=True):
-        trainer.fit(module, train_dataloaders=FixedBatches(batches))
-    after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    return Result(before, after, recorder.actions, recorder.metrics)
+    return run(overrides, make_data, callbacks, device="cuda", updates=GPU_K)
 
 
 @pytest.mark.gpu
