@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -312,19 +313,35 @@ DQN = [
 ]
 
 
-def dqn_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
-    g = torch.Generator().manual_seed(123)
-    obs_dim, b = int(module.obs_shape[0]), 64
+def transition_data(
+    module: torch.nn.Module,
+    k: int = K,
+    *,
+    seed: int,
+    reward: Callable[..., torch.Tensor] = torch.randn,
+    b: int = 64,
+) -> tuple[list, list]:
+    """``k`` batches of ``b`` random transitions (a tenth of them terminal; actions uniform over the
+    module's action space, discrete or continuous; rewards ``reward(b, 1, generator=g)``) and ``k`` batches
+    of ``ACT_N`` observations to act on, all drawn from one generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    obs_dim = int(module.obs_shape[0])
+    discrete = hasattr(module, "n_actions")
+
+    def action(n: int) -> torch.Tensor:
+        if discrete:
+            return torch.randint(0, module.n_actions, (n,), generator=g)
+        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
 
     def batch() -> TensorDict:
         term = torch.rand(b, 1, generator=g) < 0.1
         return TensorDict(
             {
                 "observation": torch.randn(b, obs_dim, generator=g),
-                "action": torch.randint(0, module.n_actions, (b,), generator=g),
+                "action": action(b),
                 "next": {
                     "observation": torch.randn(b, obs_dim, generator=g),
-                    "reward": torch.ones(b, 1),
+                    "reward": reward(b, 1, generator=g),
                     "terminated": term,
                     "truncated": torch.zeros(b, 1, dtype=torch.bool),
                     "done": term.clone(),
@@ -335,6 +352,13 @@ def dqn_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
 
     obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
     return [batch() for _ in range(k)], obs
+
+
+def _unit_rewards(*size: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.ones(*size)
+
+
+dqn_data = partial(transition_data, seed=123, reward=_unit_rewards)
 
 
 @pytest.fixture(scope="module")

@@ -19,19 +19,17 @@ actions compare too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
-import torch
-from tensordict import TensorDict
 from test_callbacks_equivalence import (
-    ACT_N,
     Bf16Bounds,
     FamilyEquivalence,
-    K,
     Result,
     assert_close_runs,
     metrics_rel_diff,
     run,
+    transition_data,
 )
 
 from callbacks import (
@@ -56,36 +54,7 @@ EXPERIMENTS = {
 BF16 = Bf16Bounds(cosine=0.95, signs=0.97, actions=0.9, action_gap=0.01)
 
 
-def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, list]:
-    g = torch.Generator().manual_seed(7)
-    obs_dim = int(module.obs_shape[0])
-    discrete = hasattr(module, "n_actions")
-
-    def action(n: int) -> torch.Tensor:
-        if discrete:
-            return torch.randint(0, module.n_actions, (n,), generator=g)
-        u = 2 * torch.rand(n, module.actions.action_dim, generator=g) - 1
-        return module.actions.to_env(u)
-
-    def batch() -> TensorDict:
-        term = torch.rand(b, 1, generator=g) < 0.1
-        return TensorDict(
-            {
-                "observation": torch.randn(b, obs_dim, generator=g),
-                "action": action(b),
-                "next": {
-                    "observation": torch.randn(b, obs_dim, generator=g),
-                    "reward": torch.randn(b, 1, generator=g),
-                    "terminated": term,
-                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
-                    "done": term.clone(),
-                },
-            },
-            batch_size=[b],
-        )
-
-    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
-    return [batch() for _ in range(k)], obs
+make_data = partial(transition_data, seed=7)
 
 
 class TestActorCriticCallbacks(FamilyEquivalence):

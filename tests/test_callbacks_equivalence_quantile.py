@@ -20,17 +20,17 @@ take both its critic-only and its full variant.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from tensordict import TensorDict
 from test_callbacks_equivalence import (
-    ACT_N,
     Bf16Bounds,
     FamilyEquivalence,
-    K,
     Result,
     assert_close_runs,
     run,
+    transition_data,
 )
 
 from callbacks import CudaGraphs, TorchCompile
@@ -56,35 +56,7 @@ EXPERIMENTS = {
 BF16 = Bf16Bounds(cosine=0.9, signs=0.95, actions=0.75, action_gap=0.1)  # action_gap: AC-IQN
 
 
-def make_data(module: torch.nn.Module, b: int = 64, k: int = K) -> tuple[list, list]:
-    g = torch.Generator().manual_seed(11)
-    obs_dim = int(module.obs_shape[0])
-    discrete = hasattr(module, "n_actions")
-
-    def action(n: int) -> torch.Tensor:
-        if discrete:
-            return torch.randint(0, module.n_actions, (n,), generator=g)
-        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
-
-    def batch() -> TensorDict:
-        term = torch.rand(b, 1, generator=g) < 0.1
-        return TensorDict(
-            {
-                "observation": torch.randn(b, obs_dim, generator=g),
-                "action": action(b),
-                "next": {
-                    "observation": torch.randn(b, obs_dim, generator=g),
-                    "reward": torch.rand(b, 1, generator=g),
-                    "terminated": term,
-                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
-                    "done": term.clone(),
-                },
-            },
-            batch_size=[b],
-        )
-
-    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
-    return [batch() for _ in range(k)], obs
+make_data = partial(transition_data, seed=11, reward=torch.rand)
 
 
 class TestQuantileCallbacks(FamilyEquivalence):
