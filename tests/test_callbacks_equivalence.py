@@ -226,6 +226,47 @@ def compile_run(overrides: list[str], make_data: Callable) -> Result:
     return run(overrides, make_data, [TorchCompile(mode="default")])
 
 
+def transition_data(
+    module: torch.nn.Module,
+    k: int = K,
+    *,
+    seed: int,
+    reward: Callable[..., torch.Tensor] = torch.randn,
+    b: int = 64,
+) -> tuple[list, list]:
+    """``k`` batches of ``b`` random transitions (a tenth of them terminal; actions uniform over the
+    module's action space, discrete or continuous; rewards ``reward(b, 1, generator=g)``) and ``k`` batches
+    of ``ACT_N`` observations to act on, all drawn from one generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    obs_dim = int(module.obs_shape[0])
+    discrete = hasattr(module, "n_actions")
+
+    def action(n: int) -> torch.Tensor:
+        if discrete:
+            return torch.randint(0, module.n_actions, (n,), generator=g)
+        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
+
+    def batch() -> TensorDict:
+        term = torch.rand(b, 1, generator=g) < 0.1
+        return TensorDict(
+            {
+                "observation": torch.randn(b, obs_dim, generator=g),
+                "action": action(b),
+                "next": {
+                    "observation": torch.randn(b, obs_dim, generator=g),
+                    "reward": reward(b, 1, generator=g),
+                    "terminated": term,
+                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
+                    "done": term.clone(),
+                },
+            },
+            batch_size=[b],
+        )
+
+    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
+    return [batch() for _ in range(k)], obs
+
+
 @dataclass(frozen=True)
 class Bf16Bounds:
     """A family's bounds on a bf16 run against float32 (besides ``BF16_FIRST_LOSS``)."""
@@ -311,47 +352,6 @@ DQN = [
     "algo.eps_end=0.3",
     "algo.hard_update_every=2",  # a target copy inside the K updates
 ]
-
-
-def transition_data(
-    module: torch.nn.Module,
-    k: int = K,
-    *,
-    seed: int,
-    reward: Callable[..., torch.Tensor] = torch.randn,
-    b: int = 64,
-) -> tuple[list, list]:
-    """``k`` batches of ``b`` random transitions (a tenth of them terminal; actions uniform over the
-    module's action space, discrete or continuous; rewards ``reward(b, 1, generator=g)``) and ``k`` batches
-    of ``ACT_N`` observations to act on, all drawn from one generator seeded with ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    obs_dim = int(module.obs_shape[0])
-    discrete = hasattr(module, "n_actions")
-
-    def action(n: int) -> torch.Tensor:
-        if discrete:
-            return torch.randint(0, module.n_actions, (n,), generator=g)
-        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
-
-    def batch() -> TensorDict:
-        term = torch.rand(b, 1, generator=g) < 0.1
-        return TensorDict(
-            {
-                "observation": torch.randn(b, obs_dim, generator=g),
-                "action": action(b),
-                "next": {
-                    "observation": torch.randn(b, obs_dim, generator=g),
-                    "reward": reward(b, 1, generator=g),
-                    "terminated": term,
-                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
-                    "done": term.clone(),
-                },
-            },
-            batch_size=[b],
-        )
-
-    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
-    return [batch() for _ in range(k)], obs
 
 
 def _unit_rewards(*size: int, generator: torch.Generator) -> torch.Tensor:
