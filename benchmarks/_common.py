@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark scripts: machine description and JSON output."""
+"""Shared helpers for the benchmark scripts: machine description, JSON output, the CLI as a subprocess."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -80,6 +81,22 @@ def command_line() -> str:
     """How this benchmark was started, from the repository root."""
     shown = SCRIPT.relative_to(ROOT) if SCRIPT.is_relative_to(ROOT) else SCRIPT.name
     return " ".join(["python", str(shown), *sys.argv[1:]])
+
+
+def cli(cwd: Path, log: Path, *args: str) -> str:
+    """``python -m rl_lightning ARGS`` in ``cwd`` with one OpenMP thread; its stderr and stdout are appended
+    to ``log``. Returns the last line of stdout (``fit`` and ``evaluate`` print their JSON summary there) and
+    raises ``RuntimeError`` naming ``log`` if the command fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    with log.open("a") as fh:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rl_lightning", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=fh,
+            text=True, env=env,
+        )  # fmt: skip
+        fh.write(proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}); see {log}")
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:

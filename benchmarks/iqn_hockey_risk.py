@@ -17,31 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import mlflow
-from _common import RESULTS, write
+from _common import RESULTS, cli, write
 
 RISKS = {"neutral": [], "cvar": ["algo.risk=cvar", "algo.risk_param=0.25"]}
 CURVES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate", "eval/return_mean")
-
-
-def cli(cwd: Path, log: Path, *args: str) -> str:
-    """``python -m rl_lightning ARGS`` in ``cwd`` (one OpenMP thread); returns the last stdout line."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    with log.open("a") as fh:
-        proc = subprocess.run(
-            [sys.executable, "-m", "rl_lightning", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=fh,
-            text=True, env=env,
-        )  # fmt: skip
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}); see {log}")
-    return proc.stdout.strip().splitlines()[-1]
 
 
 def run(risk: str, seed: int, args: argparse.Namespace) -> dict:

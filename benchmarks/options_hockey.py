@@ -17,32 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import mlflow
-from _common import write
+from _common import cli, write
 
 EXPERIMENTS = ("sac_options_hockey", "sac_hockey")
 OUTCOMES = ("win_rate", "loss_rate", "draw_rate")
-
-
-def cli(cwd: Path, log: Path, *args: str) -> str:
-    """``python -m rl_lightning ARGS`` in ``cwd``; returns the last stdout line."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    with log.open("a") as fh:
-        proc = subprocess.run(
-            [sys.executable, "-m", "rl_lightning", *args], cwd=cwd, stdout=subprocess.PIPE,
-            stderr=fh, text=True, env=env,
-        )  # fmt: skip
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}); see {log}")
-    return proc.stdout.strip().splitlines()[-1]
 
 
 def run_one(experiment: str, seed: int, args: argparse.Namespace) -> dict:

@@ -20,9 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +28,7 @@ import gymnasium as gym
 import mlflow
 import numpy as np
 import torch
-from _common import write
+from _common import cli, write
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -40,20 +37,6 @@ from rl_lightning.cli.run import build_module, env_config
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
 TRADING_DAYS = 252
-
-
-def cli(cwd: Path, log: Path, *args: str) -> str:
-    """``python -m rl_lightning ARGS`` in ``cwd``; returns the last stdout line."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    with log.open("a") as fh:
-        proc = subprocess.run(
-            [sys.executable, "-m", "rl_lightning", *args], cwd=cwd, stdout=subprocess.PIPE,
-            stderr=fh, text=True, env=env,
-        )  # fmt: skip
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}); see {log}")
-    return proc.stdout.strip().splitlines()[-1]
 
 
 def performance(wealth: np.ndarray, positions: np.ndarray) -> dict:
