@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--out-name", default=None)
     parser.add_argument("--append", action="store_true", help="keep the seeds of an existing result")
     parser.add_argument("extra", nargs="*", help="extra hydra overrides for every run (after --)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # the overrides after --, behind the options
     name = args.out_name or args.experiment
     seeds = []
     for seed in args.seeds:
