@@ -211,6 +211,17 @@ class SideStreamIteration:
         return self.refit(actions, rewards, alive, q)
 
 
+def perturb(model: torch.nn.Module, scale: float = 0.02, seed: int = 0) -> torch.nn.Module:
+    """Adds seeded noise (``scale`` times a standard normal) to every weight of ``model``, in place: the
+    untrained model's zero-initialised last layers give every action sequence the value 0, and the elites
+    are then ties."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen).to(p.device))
+    return model
+
+
 def value_difference(module, device: str, heads: str) -> float:
     """Largest difference from the planner's own computation, same inputs and draws: of the values for
     ``stacked``; of a whole iteration's outputs (mean, std, elites, their weights) for ``streams``, whose
@@ -367,10 +378,7 @@ def latency(
     module, td_fn = planning_module(size, num_envs, device)
     value_diff = {}
     if set(heads) - {"separate"}:
-        gen = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for p in module.model.parameters():
-                p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
+        perturb(module.model)
         value_diff = {h: value_difference(module, device, h) for h in heads if h != "separate"}
     if device == "cuda":
         set_precision(precision)

@@ -379,16 +379,6 @@ def test_stacked_rollout_heads_of_the_latency_benchmark_give_the_planners_values
     torch.testing.assert_close(stacked, expected, rtol=1e-5, atol=1e-5)
 
 
-def _noisy(model: WorldModel, seed: int = 2) -> WorldModel:
-    """The model with seeded noise on its weights: zero-initialised last layers would give every action
-    sequence the value 0, and the elites would then be ties."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
-    return model
-
-
 @pytest.mark.parametrize("episodic", [False, True])
 def test_side_stream_iteration_of_the_latency_benchmark_gives_the_planners_iteration(
     episodic: bool, load_benchmark
@@ -396,7 +386,7 @@ def test_side_stream_iteration_of_the_latency_benchmark_gives_the_planners_itera
     """The candidate ``--heads streams`` times (rewards and termination masks on side streams, which the CPU
     runs in order) returns what the planner's own iteration does, elites included, with the same draws."""
     bench = load_benchmark("tdmpc2_plan_latency")
-    model = _noisy(small_model(episodic=episodic)).eval()
+    model = bench.perturb(small_model(episodic=episodic), scale=0.3, seed=2).eval()
     planner = MPPIPlanner(ACT, num_envs=2, num_samples=128, num_pi_trajs=8, num_elites=16)
     z = model.encode(torch.randn(2, OBS, generator=torch.Generator().manual_seed(4)))
     z_rep = z.repeat_interleave(128, 0)
@@ -418,7 +408,7 @@ def test_compiled_plan_with_the_side_stream_iteration_is_the_eager_plan(load_ben
     outside the graph of the compiled ``forward``, the plan the eager one (Inductor draws with torch's
     generator here)."""
     bench = load_benchmark("tdmpc2_plan_latency")
-    model = _noisy(small_model(episodic=True)).eval()
+    model = bench.perturb(small_model(episodic=True), scale=0.3, seed=2).eval()
     z = model.encode(torch.randn(2, OBS, generator=torch.Generator().manual_seed(4)))
 
     def plan(streams: bool) -> list[Tensor]:
@@ -444,10 +434,7 @@ def test_graphed_plan_with_side_streams_is_the_eager_plan_on_gpu(load_benchmark)
     capture, replays) are the eager planner's, from the same warm start and seed."""
     bench = load_benchmark("tdmpc2_plan_latency")
     module, td_fn = bench.planning_module("1M", 2, "cuda")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in module.model.parameters():
-            p.add_(0.02 * torch.randn(p.shape, generator=gen).to(p.device))
+    bench.perturb(module.model)  # as the benchmark does: no ties among the elites
     eager = bench.wrapped_act(module, "eager", "cuda")
     graphed = bench.wrapped_act(module, "cuda_graphs", "cuda", heads="streams")
     warm_start = module.planner.prev_mean
