@@ -24,7 +24,7 @@ come back and carry on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,6 +34,7 @@ import lightning as L
 import pytest
 import torch
 from cli_helpers import run_cli
+from fit_helpers import FixedBatches, K, transition_data
 from tensordict import TensorDict, TensorDictBase
 
 from callbacks import DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
@@ -41,9 +42,6 @@ from callbacks._protocol import restore_hot_paths, wrap_hot_path
 from callbacks.direct_steps import CountedStep
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
-
-K = 4  # updates (and act calls) per run
-ACT_N = 32  # observations per act call
 
 # Measured here (CPU, torch 2.13): fused Adam vs for-loop Adam after 4 steps: max |diff| 3e-8 (DQN) and
 # 5e-8 (TD-MPC2), actions identical; compile vs eager (DQN): below 1e-6. The bound leaves room for other
@@ -61,16 +59,6 @@ BF16_COSINE_TDMPC2 = 0.9
 BF16_SIGNS_TDMPC2 = 0.97
 BF16_ACTIONS = 0.9
 BF16_PLAN_GAP = 0.25
-
-
-class FixedBatches:
-    """The train iterable: the same ``K`` batches, cloned, every time."""
-
-    def __init__(self, batches: list[TensorDictBase]) -> None:
-        self.batches = batches
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        return (b.clone() for b in self.batches)
 
 
 class Recorder(L.Callback):
@@ -224,47 +212,6 @@ def assert_direct_steps_match(ref: Result, overrides: list[str], make_data: Call
 def compile_run(overrides: list[str], make_data: Callable) -> Result:
     """The run with ``TorchCompile`` in its default mode."""
     return run(overrides, make_data, [TorchCompile(mode="default")])
-
-
-def transition_data(
-    module: torch.nn.Module,
-    k: int = K,
-    *,
-    seed: int,
-    reward: Callable[..., torch.Tensor] = torch.randn,
-    b: int = 64,
-) -> tuple[list, list]:
-    """``k`` batches of ``b`` random transitions (a tenth of them terminal; actions uniform over the
-    module's action space, discrete or continuous; rewards ``reward(b, 1, generator=g)``) and ``k`` batches
-    of ``ACT_N`` observations to act on, all drawn from one generator seeded with ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    obs_dim = int(module.obs_shape[0])
-    discrete = hasattr(module, "n_actions")
-
-    def action(n: int) -> torch.Tensor:
-        if discrete:
-            return torch.randint(0, module.n_actions, (n,), generator=g)
-        return module.actions.to_env(2 * torch.rand(n, module.actions.action_dim, generator=g) - 1)
-
-    def batch() -> TensorDict:
-        term = torch.rand(b, 1, generator=g) < 0.1
-        return TensorDict(
-            {
-                "observation": torch.randn(b, obs_dim, generator=g),
-                "action": action(b),
-                "next": {
-                    "observation": torch.randn(b, obs_dim, generator=g),
-                    "reward": reward(b, 1, generator=g),
-                    "terminated": term,
-                    "truncated": torch.zeros(b, 1, dtype=torch.bool),
-                    "done": term.clone(),
-                },
-            },
-            batch_size=[b],
-        )
-
-    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
-    return [batch() for _ in range(k)], obs
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
+from fit_helpers import transition_data
 from test_callbacks_equivalence import (
     Bf16Bounds,
     FamilyEquivalence,
@@ -29,7 +30,6 @@ from test_callbacks_equivalence import (
     assert_close_runs,
     metrics_rel_diff,
     run,
-    transition_data,
 )
 
 from callbacks import (

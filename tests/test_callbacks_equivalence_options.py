@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fit_helpers import ACT_N
 from test_callbacks_equivalence import (
-    ACT_N,
     FamilyEquivalence,
     K,
     Result,

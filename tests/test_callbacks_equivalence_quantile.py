@@ -24,13 +24,13 @@ from functools import partial
 
 import pytest
 import torch
+from fit_helpers import transition_data
 from test_callbacks_equivalence import (
     Bf16Bounds,
     FamilyEquivalence,
     Result,
     assert_close_runs,
     run,
-    transition_data,
 )
 
 from callbacks import CudaGraphs, TorchCompile
