@@ -1,7 +1,15 @@
 """The GPU suite: one command that checks and measures everything that needs CUDA, into one JSON.
 
-    bash benchmarks/gpu_suite.sh [--out PATH] [--skip-tests] [--cpu] [--budget S] [--algos A,B]
-                                 [--variants V,W] [--override KEY=VALUE ...] [--profile]
+    bash benchmarks/gpu_suite.sh [--budgeted] [--out PATH | --out-dir DIR] [--skip-tests] [--cpu]
+                                 [--budget S] [--algos A,B] [--variants V,W] [--override KEY=VALUE ...]
+                                 [--profile]
+
+``--budgeted`` is the run prepared for a lent GPU machine (15 minutes of device time, its start included):
+the steps of ``BUDGETED`` in priority order within 8 minutes (``BUDGETED_S``): ``pytest -m gpu``, the
+figures still open (TD-MPC2's plan as ``fast`` runs it against its candidates, with their kernels; the
+replay-overlap step; hockey TD-MPC2 with 8 envs per plan), then the rest of the tracked figures. A step
+starts only with its minimum time left; what the budget leaves out is reported as not run, not as a
+failure. The sections below describe the default order.
 
 Steps, each a subprocess with its own time limit:
 
@@ -49,6 +57,7 @@ import path (where ``pip install --target DIR`` puts it): carry its wheel with t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -136,6 +145,44 @@ GOALS = {
     "sac_fast_updates_speedup": 3.0,
 }
 
+
+#: The plan-latency steps: ``benchmarks/tdmpc2_plan_latency.py`` on TD-MPC2's plan as ``fast`` runs it (5M
+#: model, one env, TF32, compiled and CUDA-graphed; ``separate``: the planner as it is) against the candidates
+#: toward the 1.5 ms goal: the rollout's reward and termination heads on side streams (``streams``), and
+#: compile's ``max-autotune-no-cudagraphs`` (which times Triton kernels against cuBLAS's for each product),
+#: each variant's kernels profiled; ``plan_default`` times the eager plan too (the speedup's reference).
+_PLAN = ["tdmpc2_plan_latency.py", "--devices", "cuda", "--sizes", "5M", "--precisions", "tf32", "--heads",
+         "separate", "streams", "--blocks", "3", "--calls", "60", "--warmup", "5", "--kernels"]  # fmt: skip
+PLAN_STEPS = {
+    "plan_default": [*_PLAN, "--variants", "eager", "compiled_graphs"],
+    "plan_autotune": [
+        *_PLAN,
+        "--variants",
+        "compiled_graphs",
+        "--compile-mode",
+        "max-autotune-no-cudagraphs",
+    ],
+}
+#: ``--budgeted``: the prepared run for a lent GPU, in priority order within ``BUDGETED_S`` (8 minutes of one
+#: 10-minute device call; about 2 more go to the machine's start and the wheels). The GPU tests first, then
+#: the figures still open (the plan's latency and its candidates, the 8-env hockey frames/s with the
+#: replay-overlap step that explains it), then the rest of the tracked figures. A figure another issue needs
+#: on a GPU goes in here, by its priority. Each step starts only with its minimum time left (``PLAN_MIN_S``,
+#: ``BENCH_MIN_S``, the parts step's 150 s); a step left out is reported as not run, not as a failure.
+BUDGETED: tuple[tuple, ...] = (
+    ("tests",),
+    ("plan", "plan_default"),
+    ("overlap",),
+    ("bench", "tdmpc2_8envs", ["fast"], True),
+    ("plan", "plan_autotune"),
+    ("bench", "tdmpc2", ["fast"], True),
+    ("parts",),
+    ("bench", "sac", ["fast"], True),
+)
+BUDGETED_S = 480.0
+TEST_TIMEOUT_S = 200  # per GPU test: the slowest compile a test and its eager reference, under load
+PLAN_MIN_S = 60.0  # the compiled plan alone compiles in about 30 s on an H200
+BENCH_MIN_S = 150.0  # a TD-MPC2 bench compiles for 70 to 90 s, and its eager baseline runs first
 
 #: The TD-MPC2 benches: the replay-overlap step runs when one is among ``--algos``, and ``--profile``
 #: samples their processes with py-spy; ``PROFILE_TOP``: how many functions a profile's summary lists.
@@ -251,12 +298,38 @@ def variant_figures(bench: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def tracked_figures(benches: dict[str, dict[str, Any]], cuda: bool) -> dict[str, Any]:
-    """The figures of step 3, with their goals, from the benches' variants."""
+def plan_rows(steps: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the plan-latency steps that ran."""
+    return [row for key in PLAN_STEPS for row in steps.get(key, {}).get("results", [])]
+
+
+def plan_candidates(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"<variant> <compile mode> <heads>": {ms_median, ms_ratio_to_separate, kernels_per_plan,
+    kernel_ms_per_plan}}`` of the plan-latency steps' rows (the compile mode ``-`` for eager)."""
+    keep = ("ms_median", "ms_ratio_to_separate", "kernels_per_plan", "kernel_ms_per_plan", "compile_s")
+    return {
+        f"{r['variant']} {r.get('compile_mode') or '-'} {r['heads']}": {k: r[k] for k in keep if k in r}
+        for r in plans
+    }
+
+
+def tracked_figures(
+    benches: dict[str, dict[str, Any]], cuda: bool, plans: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The figures of step 3, with their goals, from the benches' variants; ``plans``: the rows of the
+    plan-latency steps, which give the plan's figures where the one-env bench did not run."""
     na = "n/a (no CUDA)" if not cuda else "not measured"
     figures: dict[str, Any] = {}
     tdmpc2 = variant_figures(benches.get("tdmpc2", {}))
     sac = variant_figures(benches.get("sac", {}))
+    candidates = plan_candidates(plans or [])
+    if candidates:
+        figures["tdmpc2_plan_candidates"] = candidates
+        # The planner as it is, timed alone: the figure when the bench has none.
+        for variant, key in (("baseline", "eager - separate"), ("fast", "compiled_graphs default separate")):
+            if key in candidates and tdmpc2.get(variant, {}).get("act_ms") is None:
+                tdmpc2.setdefault(variant, {})["act_ms"] = candidates[key]["ms_median"]
+                figures.setdefault("tdmpc2_plan_from_latency_benchmark", []).append(variant)
 
     def get(rows: dict, variant: str, key: str) -> float | None:
         value = rows.get(variant, {}).get(key)
@@ -306,26 +379,60 @@ PARTS_ARGS = [
 ]  # fmt: skip
 
 
+def script_step(
+    steps: dict[str, Any],
+    key: str,
+    args: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    limit: float,
+    failed: list,
+    min_s: float,
+    optional: bool = False,
+) -> None:
+    """Runs ``benchmarks/<args[0]>`` with the rest of ``args`` and ``--out``, and keeps the ``results`` of the
+    JSON it writes under ``steps[key]``; with less than ``min_s`` seconds left it is reported as not run.
+
+    A run stopped by its time limit keeps the rows it printed (lines of JSON objects, as the plan-latency
+    benchmark prints each row when measured); an ``optional`` step so stopped is no failure."""
+    out = workdir / f"{key}.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:], "--out", str(out)]
+    if limit < min_s:
+        steps[key] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
+        return
+    out.unlink(missing_ok=True)
+    log = workdir / f"{key}.log"
+    step = run_step(key, cmd, limit, env, log)
+    if out.exists():
+        step["results"] = json.loads(out.read_text())["results"]
+    elif step["status"] == "ok":
+        step["status"] = "failed: no results"
+    else:
+        step["results"] = printed_rows(log.read_text())
+    if optional and step["status"].startswith("timed out"):
+        step["status"] = f"stopped by --budget ({step['status']})"
+    elif step["status"] != "ok":
+        failed.append(f"{key}: {step['status']}")
+    steps[key] = step
+
+
+def printed_rows(output: str) -> list[dict[str, Any]]:
+    """The lines of ``output`` that are JSON objects: the rows a benchmark printed as it measured them."""
+    rows = []
+    for line in output.splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                rows.append(json.loads(line))
+    return [r for r in rows if isinstance(r, dict)]
+
+
 def overlap_step(
     steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list
 ) -> None:
     """Step 1b: ``replay_overlap.py``: TD-MPC2's slice samples while the device runs stand-in updates, the
     index drawn on the host (as the samplers do) against on the device (as before), and a collection's samples
     drawn at once (as training draws them), with 1 and 8 envs."""
-    out = workdir / "replay_overlap.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "replay_overlap.py"), "--out", str(out)]
-    if limit < 30:
-        steps["replay_overlap"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
-        return
-    out.unlink(missing_ok=True)
-    step = run_step("replay overlap", cmd, limit, env, workdir / "replay_overlap.log")
-    if out.exists():
-        step["results"] = json.loads(out.read_text())["results"]
-    elif step["status"] == "ok":
-        step["status"] = "failed: no results"
-    if step["status"] != "ok":
-        failed.append(f"replay overlap: {step['status']}")
-    steps["replay_overlap"] = step
+    script_step(steps, "replay_overlap", ["replay_overlap.py"], workdir, env, limit, failed, min_s=30)
 
 
 def parts_step(steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list) -> None:
@@ -391,10 +498,47 @@ def bench_verdict(
     return ("stopped by --budget" if stopped else status), bad
 
 
+def schedule(
+    algos: list[str], variants: list[str] | None, cuda: bool, skip_tests: bool, budgeted: bool
+) -> list[tuple]:
+    """The suite's steps in the order they run: ``("tests",)``, ``("overlap",)``, ``("plan", name)``,
+    ``("bench", algo, variants, optional)`` and ``("parts",)``.
+
+    Budgeted (``--budgeted``): ``BUDGETED`` in its priority order, its benches limited to ``algos``.
+    Otherwise the tests, on CUDA the replay overlap (with a TD-MPC2 bench among ``algos``), then
+    ``bench_plan``'s benches with the parts step before the first optional one (or last) when ``tdmpc2`` is
+    among them on CUDA.
+    """
+    if budgeted:
+        return [
+            step for step in BUDGETED
+            if not (step[0] == "tests" and skip_tests) and not (step[0] == "bench" and step[1] not in algos)
+        ]  # fmt: skip
+    steps: list[tuple] = [] if skip_tests else [("tests",)]
+    if cuda and set(TDMPC2_BENCHES) & set(algos):
+        steps.append(("overlap",))
+    parts_due = cuda and "tdmpc2" in algos
+    for algo, names, optional in bench_plan(algos, variants, cuda):
+        if optional and parts_due:
+            steps.append(("parts",))
+            parts_due = False
+        steps.append(("bench", algo, names, optional))
+    return steps + ([("parts",)] if parts_due else [])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="write the JSON into this folder (its usual name)"
+    )
     parser.add_argument("--cpu", action="store_true", help="run the CPU-sized suite even with CUDA")
+    parser.add_argument(
+        "--budgeted",
+        action="store_true",
+        help=f"the prepared run for a lent GPU: BUDGETED's steps by priority within --budget "
+        f"({BUDGETED_S:.0f} s unless given)",
+    )
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest -m gpu")
     parser.add_argument(
         "--profile",
@@ -415,12 +559,16 @@ def main() -> int:
         parser.exit(2, f"gpu_suite: unknown --algos {unknown}; choose from {sorted(BENCHES)}.\n")
 
     cuda = torch.cuda.is_available() and not args.cpu
+    if args.budgeted and (not cuda or args.variants):
+        parser.exit(2, "gpu_suite: --budgeted is the prepared run for a GPU, with its own variants; without "
+                       "CUDA, or to choose variants, run the suite without --budgeted.\n")  # fmt: skip
     device = "cuda" if cuda else "cpu"
     device_name = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA)"
     slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_") if cuda else "cpu"
-    out = args.out or RESULTS / f"gpu_suite_{slug}.json"
-    budget = args.budget if args.budget is not None else GPU_BUDGET if cuda else None
-    plan = bench_plan(algos, args.variants.split(",") if args.variants else None, cuda)
+    out = args.out or (args.out_dir or RESULTS) / f"gpu_suite_{slug}.json"
+    default_budget = BUDGETED_S if args.budgeted else GPU_BUDGET if cuda else None
+    budget = args.budget if args.budget is not None else default_budget
+    variants = args.variants.split(",") if args.variants else None
     workdir = ROOT / "runs" / "gpu_suite"
     workdir.mkdir(parents=True, exist_ok=True)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -447,19 +595,22 @@ def main() -> int:
             "cuda": cuda,
             "torch": torch.__version__,
             "machine": machine(),
+            "budget_s": budget,
             "seconds": round(time.perf_counter() - suite_start, 1),
-            "figures": tracked_figures(benches, cuda),
+            "figures": tracked_figures(benches, cuda, plan_rows(steps)),
             "failed": failed,
             "steps": steps,
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(relative_paths(result), indent=2) + "\n")
 
-    if not args.skip_tests:
+    def tests_step() -> None:
         pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
         if cuda and importlib.util.find_spec("xdist") is not None:
             # Compiling is most of these tests' time, and it runs on the host's cores.
-            pytest += ["-n", str(max(1, min(6, (os.cpu_count() or 2) // 2)))]
+            pytest += ["-n", str(max(1, min(8, (os.cpu_count() or 2) // 2)))]
+        if importlib.util.find_spec("pytest_timeout") is not None:
+            pytest += ["--timeout", str(TEST_TIMEOUT_S)]  # one hung test must not take the step's time
         if left(args.timeout * 2) > 0:
             step = run_step("pytest -m gpu", pytest, left(args.timeout * 2), env, workdir / "pytest_gpu.log")
             step["counts"] = pytest_counts(step["output_tail"])
@@ -469,20 +620,10 @@ def main() -> int:
         if cuda and (step["status"] != "ok" or step["counts"].get("failed") or step["counts"].get("errors")):
             failed.append("pytest -m gpu")
         steps["pytest_gpu"] = step
-        write()
 
-    if cuda and set(TDMPC2_BENCHES) & set(algos):
-        overlap_step(steps, workdir, env, left(90), failed)
-        write()
-
-    parts_due = cuda and "tdmpc2" in algos  # step 4, before the optional ablation passes
-    for algo, names, optional in plan:
-        if optional and parts_due:
-            parts_step(steps, workdir, env, left(args.timeout), failed)
-            parts_due = False
-            write()
+    def bench_step(algo: str, names: list[str], optional: bool) -> None:
         gpu_args, cpu_args = BENCHES[algo]
-        tag = f"{algo}_ablation" if optional else algo
+        tag = f"{algo}_ablation" if optional and not args.budgeted else algo
         bench_out = workdir / f"bench_{tag}_{device}.json"
         bench_out.unlink(missing_ok=True)
         cmd = [
@@ -491,12 +632,11 @@ def main() -> int:
             "bench.repeats=1", f"bench.out={bench_out}", f"bench.timeout_s={max(1, int(left(args.timeout)))}",
             f"run_dir={workdir / tag}", *args.override,
         ]  # fmt: skip
-        if left(args.timeout * 9) <= 0:
+        if left(args.timeout * 9) < (BENCH_MIN_S if args.budgeted else 1):
             steps[f"bench_{tag}"] = {"command": " ".join(cmd), "status": "not run: --budget spent"}
             if not optional:
                 failed.append(f"bench {tag}: not run within --budget")
-            write()
-            continue
+            return
         profiled = args.profile and algo in TDMPC2_BENCHES
         spy_raw = workdir / f"spy_{tag}.txt"
         spy_raw.unlink(missing_ok=True)
@@ -521,14 +661,26 @@ def main() -> int:
         else:
             failed.append(f"bench {tag}: {step['status']}, no results")
         steps[f"bench_{tag}"] = step
-        write()
 
-    if parts_due:
-        parts_step(steps, workdir, env, left(args.timeout), failed)
+    for kind, *rest in schedule(algos, variants, cuda, args.skip_tests, args.budgeted):
+        if kind == "tests":
+            tests_step()
+        elif kind == "overlap":
+            overlap_step(steps, workdir, env, left(90), failed)
+        elif kind == "plan":
+            name = rest[0]
+            limit = left(args.timeout)
+            script_step(steps, name, PLAN_STEPS[name], workdir, env, limit, failed, PLAN_MIN_S, args.budgeted)
+        elif kind == "parts":
+            parts_step(steps, workdir, env, left(args.timeout), failed)
+        else:
+            bench_step(*rest)
         write()
 
     write()
-    figures = tracked_figures(benches, cuda)
+    figures = tracked_figures(
+        benches, cuda, [r for k in PLAN_STEPS for r in steps.get(k, {}).get("results", [])]
+    )
     print(json.dumps(figures, indent=2))
     print(f"[gpu_suite] {out} ({time.perf_counter() - suite_start:.0f} s)")
     if failed:

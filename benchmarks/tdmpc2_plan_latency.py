@@ -376,20 +376,28 @@ def latency(
     same for every head.
     """
     module, td_fn = planning_module(size, num_envs, device)
-    value_diff = {}
+    value_diff: dict[str, float] = {}
     if set(heads) - {"separate"}:
         perturb(module.model)
-        value_diff = {h: value_difference(module, device, h) for h in heads if h != "separate"}
     if device == "cuda":
         set_precision(precision)
 
-    acts = {h: wrapped_act(module, variant, device, precision, h, compile_mode) for h in heads}
-    compile_s: dict[str, float | None] = {}
-    for h, act in acts.items():
-        first = timed(act, td_fn(), device)
+    acts, compile_s, failed = {}, {}, []
+    for h in heads:
+        # A candidate that fails to compile or capture is a row with its error; the others are still timed.
+        try:
+            if h != "separate":
+                value_diff[h] = value_difference(module, device, h)
+            act = wrapped_act(module, variant, device, precision, h, compile_mode)
+            first = timed(act, td_fn(), device)
+            for _ in range(warmup - 1):
+                timed(act, td_fn(), device)
+        except Exception as err:
+            failed.append({"variant": variant, "precision": precision, "heads": h, "error": repr(err)[:1000]})
+            continue
+        acts[h] = act
         compile_s[h] = round(first, 1) if variant.startswith("compiled") else None
-        for _ in range(warmup - 1):
-            timed(act, td_fn(), device)
+    heads = tuple(acts)
     times: dict[str, list[float]] = {h: [] for h in heads}
     block_ms: dict[str, list[float]] = {h: [] for h in heads}
     per_block = max(1, calls // blocks)
@@ -428,7 +436,7 @@ def latency(
             "calls": len(times[h]),
             "blocks": blocks,
         })  # fmt: skip
-    return rows
+    return rows + failed
 
 
 def main() -> None:

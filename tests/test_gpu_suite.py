@@ -208,3 +208,98 @@ def test_profile_summary_per_variant_without_warm_up(suite, tmp_path) -> None:
         [f"sample ({slices})", 0.6154],
     ]
     assert ["update (rl_lightning/algos/tdmpc2/module.py)", 0.1538] in suite.spy_summary(raw)["fast"]["self"]
+
+
+def test_the_default_schedule_keeps_its_order(suite) -> None:
+    algos = list(suite.BENCHES)
+    steps = suite.schedule(algos, None, cuda=True, skip_tests=False, budgeted=False)
+    assert steps[:2] == [("tests",), ("overlap",)]
+    kinds = [s[0] for s in steps]
+    # The parts step comes after the required benches and before the first optional one.
+    first_optional = next(i for i, s in enumerate(steps) if s[0] == "bench" and s[3])
+    assert kinds.index("parts") == first_optional - 1
+    assert all(not s[3] for s in steps[: kinds.index("parts")] if s[0] == "bench")
+    assert suite.schedule(["dqn"], None, cuda=False, skip_tests=True, budgeted=False) == [
+        ("bench", "dqn", suite.CPU_VARIANTS, False)
+    ]  # fmt: skip
+
+
+def test_the_budgeted_schedule_puts_tests_then_the_open_figures_first(suite) -> None:
+    steps = suite.schedule(list(suite.BENCHES), None, cuda=True, skip_tests=False, budgeted=True)
+    assert steps[:4] == [
+        ("tests",),
+        ("plan", "plan_default"),
+        ("overlap",),
+        ("bench", "tdmpc2_8envs", ["fast"], True),
+    ]
+    assert all(s[3] for s in steps if s[0] == "bench")  # the budget may leave any bench out
+    only_sac = suite.schedule(["sac"], None, cuda=True, skip_tests=True, budgeted=True)
+    assert ("tests",) not in only_sac and [s[1] for s in only_sac if s[0] == "bench"] == ["sac"]
+
+
+def test_plan_candidates_give_the_plan_figures_without_the_bench(suite) -> None:
+    rows = [
+        {"variant": "eager", "compile_mode": None, "heads": "separate", "ms_median": 30.0},
+        {"variant": "compiled_graphs", "compile_mode": "default", "heads": "separate", "ms_median": 2.0,
+         "kernels_per_plan": 400.0, "kernel_ms_per_plan": 1.7},
+        {"variant": "compiled_graphs", "compile_mode": "default", "heads": "streams", "ms_median": 1.4,
+         "ms_ratio_to_separate": 0.7},
+    ]  # fmt: skip
+    figures = suite.tracked_figures({}, cuda=True, plans=rows)
+    assert figures["tdmpc2_plan_candidates"]["compiled_graphs default streams"] == {
+        "ms_median": 1.4, "ms_ratio_to_separate": 0.7
+    }  # fmt: skip
+    assert figures["tdmpc2_plan_graphed_ms"] == 2.0  # the planner as it is, not the candidate
+    assert figures["tdmpc2_plan_graphed_speedup"] == pytest.approx(15.0)
+    assert figures["tdmpc2_plan_from_latency_benchmark"] == ["baseline", "fast"]
+    # The bench's own figure wins where it ran.
+    benches = {"tdmpc2": bench(baseline={"act_ms": 40.0}, fast={"act_ms": 2.2})}
+    assert suite.tracked_figures(benches, cuda=True, plans=rows)["tdmpc2_plan_graphed_ms"] == 2.2
+
+
+def test_a_stopped_script_step_keeps_the_rows_it_printed(suite, tmp_path: Path, monkeypatch) -> None:
+    def run_step(name, cmd, timeout_s, env, log):
+        log.write_text('compiling\n{"variant": "eager", "heads": "separate", "ms_median": 30.0}\n{"trunc')
+        return {"command": " ".join(cmd), "status": f"timed out after {timeout_s:.0f} s"}
+
+    monkeypatch.setattr(suite, "run_step", run_step)
+    steps, failed = {}, []
+    suite.script_step(steps, "plan_autotune", ["x.py"], tmp_path, {}, 100.0, failed, 60.0, optional=True)
+    assert steps["plan_autotune"]["results"] == [{"variant": "eager", "heads": "separate", "ms_median": 30.0}]
+    assert steps["plan_autotune"]["status"].startswith("stopped by --budget") and failed == []
+    suite.script_step(steps, "plan_default", ["x.py"], tmp_path, {}, 100.0, failed, 60.0)
+    assert failed == ["plan_default: timed out after 100 s"]
+    suite.script_step(steps, "plan_default", ["x.py"], tmp_path, {}, 30.0, failed, 60.0)
+    assert steps["plan_default"]["status"] == "not run: --budget spent" and len(failed) == 1
+
+
+def test_budgeted_run_measures_by_priority_until_the_budget_is_spent(suite, tmp_path, monkeypatch) -> None:
+    """``--budgeted`` on a (faked) GPU: the steps run in ``BUDGETED``'s order, each starting only with its
+    minimum time left; those the budget leaves out are reported as not run and fail nothing, and the JSON
+    is written into ``--out-dir`` after every step."""
+    clock = [0.0]
+    ran = []
+
+    def run_step(name, cmd, timeout_s, env, log):
+        ran.append(name)
+        clock[0] += {"pytest -m gpu": 120, "plan_default": 100, "replay_overlap": 20}.get(name, 200)
+        log.write_text("")
+        return {"command": " ".join(cmd), "status": "ok", "output_tail": "44 passed in 120.0s"}
+
+    monkeypatch.setattr(suite, "run_step", run_step)
+    monkeypatch.setattr(suite.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(suite.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(suite.torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(suite, "machine", lambda: {"cpu": "test"})
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["gpu_suite.py", "--budgeted", "--out-dir", str(tmp_path / "out")])
+    assert suite.main() == 1  # the faked steps write no results: the ones that ran say so
+    result = json.loads((tmp_path / "out" / "gpu_suite_nvidia_h100_80gb_hbm3.json").read_text())
+    # 480 s: tests (120), the plan (100), the overlap (20), the 8-env bench (200); 40 s left start nothing.
+    assert ran == ["pytest -m gpu", "plan_default", "replay_overlap", "bench tdmpc2_8envs"]
+    assert result["budget_s"] == 480.0 and result["device_name"] == "NVIDIA H100 80GB HBM3"
+    not_run = [k for k, s in result["steps"].items() if s["status"] == "not run: --budget spent"]
+    assert not_run == ["plan_autotune", "bench_tdmpc2", "tdmpc2_parts", "bench_sac"]
+    assert not any(
+        k in " ".join(result["failed"]) for k in ("plan_autotune", "bench tdmpc2:", "parts", "sac")
+    )
