@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,14 @@ def test_bench_times_act_on_as_many_envs_as_training_steps(tmp_path: Path) -> No
     assert rows["baseline"]["status"] == "ok" and rows["baseline"]["act_ms"] > 0
 
 
+def fake_run(out: Path, seen: list, cfg, callbacks, run_dir, index) -> dict:
+    """A variant run that measures nothing, recording the results file as it stood before it."""
+    if out.exists():
+        seen.append(json.loads(out.read_text()))
+    figures = {"env_fps": 100.0, "updates_per_s": 50.0, "act_ms": 0.1, "peak_mem_mb": 10.0}
+    return {"status": "ok", "warmup_s": 1.0, "memory": "rss", **figures}
+
+
 def test_bench_rewrites_its_results_after_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bench stopped between two variant runs leaves the rows it measured, marked incomplete."""
     import rl_lightning.cli.bench as bench_cli
@@ -147,13 +156,7 @@ def test_bench_rewrites_its_results_after_every_run(tmp_path: Path, monkeypatch:
     out = tmp_path / "bench.json"
     seen: list[dict] = []
 
-    def fake_run(cfg, callbacks, run_dir, index) -> dict:
-        if out.exists():
-            seen.append(json.loads(out.read_text()))
-        figures = {"env_fps": 100.0, "updates_per_s": 50.0, "act_ms": 0.1, "peak_mem_mb": 10.0}
-        return {"status": "ok", "warmup_s": 1.0, "memory": "rss", **figures}
-
-    monkeypatch.setattr(bench_cli, "run_once", fake_run)
+    monkeypatch.setattr(bench_cli, "run_once", partial(fake_run, out, seen))
     cfg = compose(["+experiment=dqn_cartpole", "device=cpu", "logger=none", f"run_dir={tmp_path / 'run'}",
                    "bench.variants=[fused_optimizer,direct_steps]", f"bench.out={out}"])  # fmt: skip
     results = bench_cli.bench(cfg)
@@ -164,3 +167,24 @@ def test_bench_rewrites_its_results_after_every_run(tmp_path: Path, monkeypatch:
     ]
     assert [s["complete"] for s in seen] == [False, False]
     assert results["complete"] and json.loads(out.read_text()) == results
+
+
+def test_bench_without_baseline_runs_only_the_variants(tmp_path: Path, monkeypatch) -> None:
+    """``bench.baseline=false``: no reference run, and no ratios to one (not ratios to the first variant)."""
+    import rl_lightning.cli.bench as bench_cli
+    from rl_lightning.cli import compose
+
+    runs: list = []
+
+    def run_once(cfg, callbacks, run_dir, index) -> dict:
+        runs.append(callbacks)
+        return fake_run(tmp_path / "x", [], cfg, callbacks, run_dir, index)
+
+    monkeypatch.setattr(bench_cli, "run_once", run_once)
+    cfg = compose(["+experiment=dqn_cartpole", "device=cpu", "logger=none", f"run_dir={tmp_path / 'run'}",
+                   "bench.variants=[fused_optimizer,direct_steps]", "bench.baseline=false"])  # fmt: skip
+    results = bench_cli.bench(cfg)
+    assert [r["variant"] for r in results["variants"]] == ["fused_optimizer", "direct_steps"]
+    assert len(runs) == 2 and all(runs)  # each run with its callbacks, none without
+    assert all("ratios" not in r and r["env_fps"] == 100.0 for r in results["variants"])
+    assert results["baseline_spread"] is None

@@ -1,10 +1,11 @@
 """``python -m rl_lightning bench +experiment=NAME``: the speed of each optimization callback, as ratios.
 
-Variants: ``baseline`` (no callback at all, not even the default monitors), then every name in
-``bench.variants`` (a ``conf/callbacks/`` option, alone, or a preset such as ``fast``). A callback that only
-acts on CUDA (``GPU_ONLY``) is reported as ``n/a (no CUDA)`` on a CPU instead of run. A variant's callback
-config comes from its ``conf/callbacks/`` file, or from the command line's ``callbacks.<name>`` node when
-the command selected that callback (``callbacks=[default,compile] callbacks.compile.mode=...``).
+Variants: ``baseline`` (no callback at all, not even the default monitors; ``bench.baseline=false`` leaves it
+out, and the ratios with it), then every name in ``bench.variants`` (a ``conf/callbacks/`` option, alone, or a
+preset such as ``fast``). A callback that only acts on CUDA (``GPU_ONLY``) is reported as ``n/a (no CUDA)`` on
+a CPU instead of run. A variant's callback config comes from its ``conf/callbacks/`` file, or from the command
+line's ``callbacks.<name>`` node when the command selected that callback (``callbacks=[default,compile]
+callbacks.compile.mode=...``).
 
 Method, and why:
 
@@ -70,7 +71,9 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError("bench.repeats and bench.act_calls must be >= 1.")
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir).resolve()
-    names = ["baseline", *variants]
+    # bench.baseline=false skips the reference run where only a variant's own figures are wanted (a lent
+    # GPU's minutes); the rows then carry no ratios.
+    names = ["baseline", *variants] if cfg.bench.get("baseline", True) else variants
     skipped = {v for v in names if device.type != "cuda" and v in GPU_ONLY}
     nodes = {v: callbacks_node(cfg, None if v == "baseline" else v) for v in names if v not in skipped}
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in nodes}
@@ -127,8 +130,9 @@ def _results(
             rows.append(
                 {"variant": variant, "callbacks": sorted(nodes[variant]), **best_of_rounds(runs[variant])}
             )
-    add_ratios(rows)
-    base_fps = [r["env_fps"] for r in runs["baseline"] if r.get("env_fps") is not None]
+    if "baseline" in runs:
+        add_ratios(rows)
+    base_fps = [r["env_fps"] for r in runs.get("baseline", []) if r.get("env_fps") is not None]
     spread = (max(base_fps) - min(base_fps)) / max(base_fps) if len(base_fps) > 1 else None
     return {**header, "complete": complete, "baseline_spread": spread, "variants": rows}
 

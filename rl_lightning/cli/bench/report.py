@@ -70,7 +70,7 @@ def print_table(results: dict[str, Any]) -> None:
             # The whole message, with the log's path, is in the JSON.
             table.add_row(row["variant"], _short(row["status"]), "", "", "", "")
             continue
-        r = row["ratios"]
+        r = row.get("ratios") or dict.fromkeys(FIGURES)
         table.add_row(
             row["variant"],
             _fmt(row["env_fps"], r["env_fps"]),
@@ -104,7 +104,7 @@ def log_mlflow(cfg: DictConfig, results: dict[str, Any], run_dir: Path, json_pat
         for key in (*FIGURES, "warmup_s"):
             if row.get(key) is not None:
                 metrics[f"bench/{row['variant']}/{key}"] = float(row[key])
-        for key, ratio in row["ratios"].items():
+        for key, ratio in row.get("ratios", {}).items():
             if ratio is not None:
                 metrics[f"bench/{row['variant']}/{key}_ratio"] = float(ratio)
     logger.log_metrics(metrics, step=0)
