@@ -226,11 +226,10 @@ def test_the_default_schedule_keeps_its_order(suite) -> None:
 
 def test_the_budgeted_schedule_puts_tests_then_the_open_figures_first(suite) -> None:
     steps = suite.schedule(list(suite.BENCHES), None, cuda=True, skip_tests=False, budgeted=True)
-    assert steps[:4] == [
+    assert steps[:3] == [
         ("tests",),
-        ("plan", "plan_default"),
-        ("overlap",),
-        ("bench", "tdmpc2_8envs", ["fast"], True),
+        ("bench", "tdmpc2_8envs", ["fast"], True, ["bench.baseline=false"]),  # its eager figure is known
+        ("plan", "plan_autotune"),
     ]
     assert all(s[3] for s in steps if s[0] == "bench")  # the budget may leave any bench out
     only_sac = suite.schedule(["sac"], None, cuda=True, skip_tests=True, budgeted=True)
@@ -278,13 +277,14 @@ def test_budgeted_run_measures_by_priority_until_the_budget_is_spent(suite, tmp_
     minimum time left; those the budget leaves out are reported as not run and fail nothing, and the JSON
     is written into ``--out-dir`` after every step."""
     clock = [0.0]
-    ran = []
+    ran, commands = [], {}
 
     def run_step(name, cmd, timeout_s, env, log):
         ran.append(name)
-        clock[0] += {"pytest -m gpu": 120, "plan_default": 100, "replay_overlap": 20}.get(name, 200)
+        commands[name] = cmd
+        clock[0] += {"pytest -m gpu": 150, "plan_autotune": 110}.get(name, 200)
         log.write_text("")
-        return {"command": " ".join(cmd), "status": "ok", "output_tail": "44 passed in 120.0s"}
+        return {"command": " ".join(cmd), "status": "ok", "output_tail": "44 passed in 150.0s"}
 
     monkeypatch.setattr(suite, "run_step", run_step)
     monkeypatch.setattr(suite.time, "perf_counter", lambda: clock[0])
@@ -295,11 +295,10 @@ def test_budgeted_run_measures_by_priority_until_the_budget_is_spent(suite, tmp_
     monkeypatch.setattr(sys, "argv", ["gpu_suite.py", "--budgeted", "--out-dir", str(tmp_path / "out")])
     assert suite.main() == 1  # the faked steps write no results: the ones that ran say so
     result = json.loads((tmp_path / "out" / "gpu_suite_nvidia_h100_80gb_hbm3.json").read_text())
-    # 480 s: tests (120), the plan (100), the overlap (20), the 8-env bench (200); 40 s left start nothing.
-    assert ran == ["pytest -m gpu", "plan_default", "replay_overlap", "bench tdmpc2_8envs"]
+    # 480 s: the tests (150), the 8-env bench (200), the autotuned plan (110); 20 s left start nothing.
+    assert ran == ["pytest -m gpu", "bench tdmpc2_8envs", "plan_autotune"]
+    assert "bench.baseline=false" in commands["bench tdmpc2_8envs"]
     assert result["budget_s"] == 480.0 and result["device_name"] == "NVIDIA H100 80GB HBM3"
     not_run = [k for k, s in result["steps"].items() if s["status"] == "not run: --budget spent"]
-    assert not_run == ["plan_autotune", "bench_tdmpc2", "tdmpc2_parts", "bench_sac"]
-    assert not any(
-        k in " ".join(result["failed"]) for k in ("plan_autotune", "bench tdmpc2:", "parts", "sac")
-    )
+    assert not_run == ["plan_default", "replay_overlap", "bench_tdmpc2", "tdmpc2_parts", "bench_sac"]
+    assert not any(k in " ".join(result["failed"]) for k in ("plan_default", "overlap", "parts", "sac"))
