@@ -10,10 +10,27 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 from typing_extensions import override
 
 from callbacks._logging import notice_once
+
+try:  # torch's registries of global optimizer hooks, which a direct step must find empty
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+except ImportError:  # pragma: no cover - a torch without them: the public steps run
+    _global_optimizer_pre_hooks = _global_optimizer_post_hooks = None
+
+#: Whether this torch has the private pieces the direct steps use (torch 2.11 to 2.14): the multi-tensor
+#: ``_foreach_zero_``/``_foreach_add_``, the fused Adam kernels, and the hook registries (global and per
+#: optimizer) that must be empty. Without one of them every step is ``Optimizer.zero_grad`` and
+#: ``Optimizer.step``: the same bits, the speed-up lost. :class:`CountedStep` takes it as ``fast``.
+FAST_STEPS = (
+    _global_optimizer_pre_hooks is not None
+    and all(
+        callable(getattr(torch, name, None))
+        for name in ("_foreach_zero_", "_foreach_add_", "_fused_adam_", "_fused_adamw_")
+    )
+    and hasattr(torch.optim.SGD([torch.zeros(1, requires_grad=True)]), "_optimizer_step_post_hooks")
+)
 
 #: The hooks Lightning's manual-optimization wrappers (``manual_backward``, ``LightningOptimizer.step``)
 #: dispatch on every backward pass and optimizer step.
@@ -47,10 +64,11 @@ class CountedStep:
     (``trainer.global_step``), as ``LightningOptimizer.step`` does, without the hook dispatch.
 
     A fused ``Adam``/``AdamW`` on the CPU steps with its kernel called directly (:meth:`_fused_adam_step`).
+    ``fast=False`` (or a torch without ``FAST_STEPS``) steps through ``Optimizer.step`` always.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, progress: Any) -> None:
-        self.optimizer, self._progress = optimizer, progress
+    def __init__(self, optimizer: torch.optim.Optimizer, progress: Any, fast: bool = FAST_STEPS) -> None:
+        self.optimizer, self._progress, self.fast = optimizer, progress, fast
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``Optimizer.zero_grad``; zeroing in place is one ``_foreach_zero_`` over the existing gradients
@@ -63,8 +81,10 @@ class CountedStep:
                     p.grad = None
             return
         grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if grads and all(
-            g.device == grads[0].device and not g.requires_grad and not g.is_sparse for g in grads
+        if (
+            self.fast
+            and grads
+            and all(g.device == grads[0].device and not g.requires_grad and not g.is_sparse for g in grads)
         ):
             torch._foreach_zero_(grads)
             return
@@ -91,7 +111,8 @@ class CountedStep:
         """
         opt = self.optimizer
         if (
-            type(opt) not in _ADAMS
+            not self.fast
+            or type(opt) not in _ADAMS
             or opt._optimizer_step_pre_hooks
             or opt._optimizer_step_post_hooks
             or _global_optimizer_pre_hooks

@@ -32,7 +32,6 @@ the update count, never by a Python branch on a tensor. With every callback off 
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -286,11 +285,6 @@ class RLModule(L.LightningModule, ABC):
             self.manual_backward(loss)
         else:
             loss.backward()
-
-    def save_hyperparameters(self, *args: Any, logger: bool = False, **kwargs: Any) -> None:
-        """Lightning's, but not logged by default: the run's resolved config is logged once, flattened."""
-        kwargs.setdefault("frame", inspect.currentframe().f_back)
-        super().save_hyperparameters(*args, logger=logger, **kwargs)
 
     def make_optimizer(self, params: Iterable[Any], lr: float, **kwargs: Any) -> torch.optim.Optimizer:
         """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in.

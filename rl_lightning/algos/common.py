@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torchrl.data import Bounded, TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError
+from rl_lightning.compat import foreach_lerp_, foreach_mul_, foreach_norm
 
 __all__ = [
     "CRITIC_ONLY",
@@ -155,7 +156,7 @@ def polyak_update(targets: Iterable[Tensor], sources: Iterable[Tensor], tau: flo
         tau = float(tau)
         if tau == 0.0:
             return
-    torch._foreach_lerp_(targets, sources, tau)
+    foreach_lerp_(targets, sources, tau)
 
 
 @torch.no_grad()
@@ -172,8 +173,8 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     one_kind = all(g.device == grads[0].device and g.dtype == grads[0].dtype for g in grads)
     if not grads or not one_kind or any(g.is_sparse for g in grads):
         return nn.utils.clip_grad_norm_(with_grad, max_norm)
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    total = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
+    foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
 
 

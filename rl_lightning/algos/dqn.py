@@ -168,7 +168,8 @@ class DQN(RLModule):
             raise ValueError(f"need 0 <= algo.eps_end ({eps_end}) <= algo.eps_start ({eps_start}) <= 1.")
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.n_actions = int(action_spec.space.n)
         obs_dim = int(torch.Size(self.obs_shape).numel())
         if dueling:

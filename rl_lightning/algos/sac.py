@@ -228,7 +228,8 @@ class SAC(SoftActorCritic):
             raise ValueError(f"algo.alpha_init={alpha_init} must be > 0.")
         if num_qvalue_nets < 1:
             raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         action_dim = self.actions.action_dim
         self.actor_net = GaussianActorNet(self.obs_dim, action_dim, hidden_sizes)
         self.critic = EnsembleQNet(self.obs_dim, action_dim, hidden_sizes, num_qvalue_nets)

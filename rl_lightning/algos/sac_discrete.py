@@ -80,7 +80,8 @@ class DiscreteSAC(SoftActorCritic):
             raise ValueError(f"algo.target_entropy_scale={target_entropy_scale} must lie in [0, 1].")
         if num_qvalue_nets < 1:
             raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.n_actions = int(action_spec.space.n)
         self.actor_net = mlp_head(self.obs_dim, self.n_actions, hidden_sizes)
         single = Categorical(self.n_actions, dtype=torch.int64)

@@ -281,7 +281,8 @@ class TD3(DeterministicActorCritic):
             raise ValueError("algo.target_noise and algo.noise_clip must be >= 0.")
         if num_qvalue_nets < 1:
             raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         actor, critic = self._modules_for_loss(hidden_sizes)
         self.loss_module = TD3Loss(
             actor,
@@ -334,7 +335,8 @@ class DDPG(DeterministicActorCritic):
             observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
             exploration_noise, 1, grad_clip,
         )  # fmt: skip
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         actor, critic = self._modules_for_loss(hidden_sizes)
         self.loss_module = DDPGLoss(actor, critic, loss_function="l2", delay_actor=True)
         self._finish_loss()

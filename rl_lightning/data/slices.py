@@ -47,12 +47,23 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torchrl._utils import _replace_last
 from torchrl.data.replay_buffers.samplers import SliceSampler
-from torchrl.data.replay_buffers.samplers._trajectory import _FragmentedTrajectoryIndex
 from torchrl.data.replay_buffers.storages import TensorStorage
 
-__all__ = ["InterleavedSliceSampler", "TrajectorySliceSampler"]
+try:  # TorchRL 0.14's internals, which these samplers extend
+    from torchrl._utils import _replace_last
+    from torchrl.data.replay_buffers.samplers._trajectory import _FragmentedTrajectoryIndex
+except ImportError:  # pragma: no cover - a release without them: the replay takes TorchRL's SliceSampler
+    _replace_last, _FragmentedTrajectoryIndex = None, object
+
+__all__ = ["FAST_SLICES", "InterleavedSliceSampler", "TrajectorySliceSampler"]
+
+#: Whether TorchRL has what these samplers build on: its fragmented index and the storage's write
+#: bookkeeping (``_is_full``, ``_mutation_revision``, ``_last_cursor_index``). Without it the replay samples
+#: with TorchRL's ``SliceSampler`` itself (``rl_lightning.data.replay``): the same slices, drawn more slowly.
+FAST_SLICES = _replace_last is not None and all(
+    hasattr(TensorStorage, name) for name in ("_is_full", "_mutation_revision", "_last_cursor_index")
+)
 
 #: A record's sort key is ``trajectory << _STEP_BITS | step``: both must be non-negative and fit.
 _STEP_BITS = 32

@@ -28,7 +28,17 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage
 
-__all__ = ["DirectTensorStorage"]
+from rl_lightning.compat import build_td, td_entries
+
+__all__ = ["DIRECT_STORAGE", "DirectTensorStorage"]
+
+#: What the direct path reads and updates of ``LazyTensorStorage`` (TorchRL 0.14): the storage's
+#: TensorDict, how full it is, and the bookkeeping of a write. A release without them leaves every write and
+#: read to ``LazyTensorStorage``'s own path: the same rows, the speed-up lost.
+DIRECT_STORAGE = all(
+    hasattr(LazyTensorStorage, name)
+    for name in ("_is_full", "_len_along_dim0", "_set_last_cursor", "_get_new_len", "_bump_mutation_revision")
+)
 
 
 def _matching_leaves(store: TensorDict, data: Any, out: list) -> bool:
@@ -37,7 +47,7 @@ def _matching_leaves(store: TensorDict, data: Any, out: list) -> bool:
     shape."""
     if type(data) is not TensorDict:
         return False
-    entries, values = store._tensordict, data._tensordict
+    entries, values = td_entries(store), td_entries(data)
     if entries.keys() != values.keys():
         return False
     for key, leaf in entries.items():
@@ -61,10 +71,10 @@ def _matching_leaves(store: TensorDict, data: Any, out: list) -> bool:
 def _gather(store: TensorDict, index: torch.Tensor, used: int | None) -> TensorDict | None:
     """``store[:used][index]`` for a 1-D index (``used=None``: the whole store), built leaf by leaf;
     ``None`` where an entry is not a plain tensor or ``TensorDict``, or a ``TensorDict`` names its dims."""
-    if store._td_dim_names is not None:
+    if any(n is not None for n in store.names):
         return None
     out = {}
-    for key, leaf in store._tensordict.items():
+    for key, leaf in td_entries(store).items():
         if type(leaf) is TensorDict:
             leaf = _gather(leaf, index, used)
             if leaf is None:
@@ -75,7 +85,7 @@ def _gather(store: TensorDict, index: torch.Tensor, used: int | None) -> TensorD
         else:
             return None
     batch_size = torch.Size([*index.shape, *store.batch_size[1:]])  # a nested entry keeps its own dims
-    return TensorDict._new_unsafe(out, batch_size=batch_size, device=store.device)
+    return build_td(out, batch_size, store.device)
 
 
 class DirectTensorStorage(LazyTensorStorage):
@@ -84,9 +94,13 @@ class DirectTensorStorage(LazyTensorStorage):
     Args: those of ``LazyTensorStorage`` (``max_size``, ``device``, ...).
     """
 
+    #: Take the direct path where it applies (``DIRECT_STORAGE``; a test turns it off to compare).
+    direct = DIRECT_STORAGE
+
     def _direct(self, index: Any) -> bool:
         return (
-            self.initialized
+            self.direct
+            and self.initialized
             and type(self._storage) is TensorDict
             and self._storage.batch_dims == 1
             and not getattr(self, "shared_init", False)

@@ -27,6 +27,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from rl_lightning.compat import build_td
+
 __all__ = ["GymVecEnv", "action_spec_from_space"]
 
 
@@ -61,7 +63,7 @@ def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDi
     the collector moves every step's data to its storing device, which is free for data already there and
     a walk over every entry for data without a device.
     """
-    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
+    return build_td(entries, batch_size, _CPU)
 
 
 _CPU = torch.device("cpu")

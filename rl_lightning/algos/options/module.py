@@ -139,7 +139,8 @@ class SACOptions(RLModule):
     ) -> None:
         super().__init__(observation_spec, action_spec)
         check_arguments(locals())
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.discrete = isinstance(action_spec, Categorical)
         self.num_options = k = num_options
         self.obs_dim = int(self.obs_shape[0])

@@ -124,7 +124,8 @@ class ACIQN(RLModule):
             raise ValueError("AC-IQN needs algo.n_*quantiles >= 1 and algo.kappa > 0.")
         if not 0.0 < gamma <= 1.0 or not 0.0 < tau <= 1.0:
             raise ValueError("AC-IQN needs algo.gamma in (0, 1] and algo.tau in (0, 1].")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         obs_dim = int(torch.Size(self.obs_shape).numel())
         act_dim = self.actions.action_dim
         actor_hidden = [int(w) for w in actor_hidden_sizes]

@@ -105,7 +105,8 @@ class C51(DiscreteDistributional):
         if n_atoms < 2 or not v_min < v_max:
             raise ValueError(f"C51 needs algo.n_atoms >= 2 and algo.v_min < algo.v_max, got {n_atoms}, "
                              f"{v_min}, {v_max}.")  # fmt: skip
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("support", torch.linspace(v_min, v_max, n_atoms))
         self.online = DistributionalQNet(
             self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_atoms, dueling, noisy, noisy_std

@@ -116,7 +116,8 @@ class IQN(DiscreteDistributional):
                 "IQN needs algo.n_quantiles, n_target_quantiles, n_policy_quantiles >= 1 and kappa > 0."
             )
         check_risk(risk, risk_param)
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("policy_fractions", midpoint_fractions(n_policy_quantiles))
         self.online = ImplicitQuantileNet(
             self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_cos, dueling, noisy, noisy_std

@@ -94,7 +94,8 @@ class QRDQN(DiscreteDistributional):
             raise ValueError(
                 f"QR-DQN needs algo.n_quantiles >= 1 and algo.kappa > 0, got {n_quantiles}, {kappa}."
             )
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("fractions", midpoint_fractions(n_quantiles))
         self.online = DistributionalQNet(
             self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_quantiles, dueling, noisy, noisy_std

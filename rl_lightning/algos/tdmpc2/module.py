@@ -151,7 +151,8 @@ class TDMPC2(RLModule):
             raise ValueError("horizon, episode_length and num_envs must be >= 1.")
         if grad_clip <= 0:
             raise ValueError(f"grad_clip={grad_clip} must be > 0 (the reference clips at 20).")
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"])
+        # Not logged: the run's resolved config is logged once, flattened.
+        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         if len(self.obs_shape) != 1:
             raise IncompatibleEnvError(
                 f"TD-MPC2 here takes vector observations, got shape {tuple(self.obs_shape)}; "
