@@ -2,14 +2,14 @@
 
     python benchmarks/fit_parts.py [+experiment=sac_pendulum seed=0 total_frames=4000 ...] [--out DIR]
 
-Runs ``python -m rl_lightning fit ARGS progress_bar=false`` in this process (with the default MLflow
-logger, its store in a new directory under DIR) with a timer around each of: the collector's batches
-(acting and env steps), the data module's ``add_frames`` (episode statistics, n-step, the replay write),
-the replay samples of the update rounds, and each ``update``. A timer costs about a microsecond, so the
-parts keep the cost they have in a plain run, including what each loses to the others in the CPU's caches
-(compare with the same parts timed alone, for example ``benchmarks/replay_storage.py``). Writes
-``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each
-part, and per frame.
+Runs ``python -m rl_lightning fit ARGS progress_bar=false`` in this process (with the default MLflow logger,
+its store in a new directory under DIR) with a timer around each of: the collector's batches (acting and env
+steps), the ingestion of each collection (``add_frames``: episode statistics, n-step, the replay write), the
+replay samples of the update rounds, and each ``update``. A timer costs about a microsecond, so the parts keep
+the cost they have in a plain run, including what each loses to the others in the CPU's caches (compare with
+the same parts timed alone, for example ``benchmarks/replay_storage.py``). Writes
+``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each part,
+and per frame.
 
 Two more parts are timed where they are called, so they stay measured when callbacks replace the module's
 hot paths (compile, CUDA graphs: a replayed graph runs no Python, so the ``update`` timer, which wraps the
@@ -166,8 +166,8 @@ def timed_items(owner: type, name: str, part: str) -> None:
 
 
 def start_counting_at(owner: type, frames: int) -> None:
-    """Turns the timers on after the ``add_frames`` call that brings the run to ``frames`` frames."""
-    function = owner.add_frames
+    """Turns the timers on after the frame budget's ``add`` that brings the run to ``frames`` frames."""
+    function = owner.add
 
     @functools.wraps(function)
     def wrapper(self, *args, **kwargs):
@@ -176,7 +176,7 @@ def start_counting_at(owner: type, frames: int) -> None:
             STATE.update(counting=True, first_frame=self.frames)
         return out
 
-    owner.add_frames = wrapper
+    owner.add = wrapper
 
 
 def main() -> None:
@@ -197,12 +197,15 @@ def main() -> None:
 
     import rl_lightning.cli as cli
     from rl_lightning.algos.base import RLModule
-    from rl_lightning.data.datamodule import RLDataModule, UpdateRound, _Policy
+    from rl_lightning.data.budget import FrameBudget
+    from rl_lightning.data.collection import Policy
+    from rl_lightning.data.ingest import Ingestion
+    from rl_lightning.data.stream import UpdateRound
 
     timed_items(Collector, "iterator", "collection")
-    timed(RLDataModule, "add_frames", "add_frames")
-    start_counting_at(RLDataModule, args.from_frames)
-    timed(_Policy, "__call__", "act")
+    timed(Ingestion, "ingest", "add_frames")
+    start_counting_at(FrameBudget, args.from_frames)
+    timed(Policy, "__call__", "act")
     timed(RLModule, "training_step", "training_step")
     timed_items(UpdateRound, "_samples", "replay_sample")
     import rl_lightning.algos  # noqa: F401  (every algorithm's class)

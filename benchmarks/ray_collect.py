@@ -52,7 +52,6 @@ def collection(experiment: str, rounds: int, frames: int) -> dict:
             ])  # fmt: skip
             run = build_run(cfg)
             dm = run.datamodule
-            dm.trainer = run.trainer  # the collector reads the module from the trainer
             run.trainer.strategy.connect(run.module)
             dm.setup("fit")
             workers = dm.collect.workers

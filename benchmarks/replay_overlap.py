@@ -38,10 +38,12 @@ from _common import RESULTS, write
 from slice_sampler import rows
 from torchrl.data import TensorDictReplayBuffer
 
-from rl_lightning.data.datamodule import UpdateRound
+from rl_lightning.data.budget import FrameBudget
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler, _SortedRunIndex
 from rl_lightning.data.storage import DirectTensorStorage
+from rl_lightning.data.stream import UpdateRound
+from rl_lightning.data.transfer import DeviceCopies
 
 
 class _DeviceRuns(_SortedRunIndex):
@@ -124,11 +126,12 @@ def samples(variant: str, rb: TensorDictReplayBuffer, n: int) -> Any:
     them."""
     if variant != "round":
         return (rb.sample() for _ in range(n))
-    owner = SimpleNamespace(
-        replay=rb, replay_cfg=SimpleNamespace(batch_size=rb.batch_size), owed_updates=n, updates=0,
-        stop_now=lambda local: False, trainer=SimpleNamespace(should_stop=False),
+    device = rb.storage.device
+    stream = SimpleNamespace(
+        replay=rb, copies=DeviceCopies(device, device), batch_size=rb.batch_size,
+        budget=FrameBudget(total_frames=n, owed=n), control=SimpleNamespace(stop_now=lambda local: False),
     )  # fmt: skip
-    return iter(UpdateRound(owner, n))
+    return iter(UpdateRound(stream, n))
 
 
 def measure(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:

@@ -92,7 +92,6 @@ def collection(rounds: int, frames: int) -> dict:
             )  # fmt: skip
             run = build_run(cfg)
             dm = run.datamodule
-            dm.trainer = run.trainer  # the collector reads the module from the trainer
             run.trainer.strategy.connect(run.module)
             dm.setup("fit")
             collector = dm.make_collector()

@@ -16,27 +16,32 @@ from typing_extensions import override
 from callbacks._logging import notice_once
 
 _HOOK = "transfer_batch_to_device"
+#: The method of a data module that makes its own host-to-device copies.
+_COPIES = "use_non_blocking_copies"
 
 
 class NonBlockingTransfer(Callback):
     """Copy batches to the GPU with ``non_blocking=True``, through pinned host memory when they are on CPU.
 
-    Lightning moves a batch with ``move_data_to_device``, which passes ``non_blocking=True`` to plain
-    tensors only; a ``TensorDict`` gets ``.to(device)`` and whatever its default is, and a pageable source
-    cannot be copied asynchronously anyway. A callback cannot override ``transfer_batch_to_device``, so in
-    ``setup`` this one shadows that hook on the object Lightning calls it on: the data module when there is
-    one (Lightning prefers a data module's hook; shadowing the module's would make Lightning warn that the
-    module overrides it while a data module is attached), else the module. The shadow moves every
-    ``TensorDict`` and tensor with ``non_blocking=True``, pinning CPU sources first (``pin_memory``), and
-    hands everything else to Lightning's ``move_data_to_device``. ``teardown`` removes it. A batch already
-    on the device (a replay buffer on the GPU) is returned as is.
+    Two kinds of data module, two ways:
 
-    A custom ``transfer_batch_to_device`` on the module or the data module is left alone (with a notice):
-    it knows its batch better. On CPU this is a no-op with a one-time notice.
+    - A data module that makes its host-to-device copies itself (a stream whose Lightning "batch" is not the
+      data, such as an RL data path that copies observations, frames and samples where it needs them)
+      exposes ``use_non_blocking_copies(enabled: bool, pin_memory: bool)``; ``setup`` calls it with
+      ``enabled=True`` and ``teardown`` with ``False``.
+    - Otherwise Lightning moves each batch with ``move_data_to_device``, which passes ``non_blocking=True``
+      to plain tensors only; a ``TensorDict`` gets ``.to(device)`` and whatever its default is, and a
+      pageable source cannot be copied asynchronously anyway. A callback cannot override
+      ``transfer_batch_to_device``, so ``setup`` shadows that hook on the object Lightning calls it on: the
+      data module when there is one (Lightning prefers a data module's hook), else the module. The shadow
+      moves every ``TensorDict`` and tensor with ``non_blocking=True``, pinning CPU sources first, and hands
+      everything else to Lightning's ``move_data_to_device``; ``teardown`` removes it. A batch already on the
+      device is returned as is. A custom ``transfer_batch_to_device`` is left alone (with a notice): it
+      knows its batch better.
 
-    Pinned staging costs one host copy per batch; it pays off when the batch is large enough for the
-    device copy to overlap with compute. Safe to reuse the source right away: PyTorch keeps a pinned block
-    alive until the copy reading it has finished.
+    On CPU this is a no-op with a one-time notice. Pinned staging costs one host copy per batch; it pays
+    off when the batch is large enough for the device copy to overlap with compute. Safe to reuse the source
+    right away: PyTorch keeps a pinned block alive until the copy reading it has finished.
 
     Metrics: none. State: none.
 
@@ -61,6 +66,10 @@ class NonBlockingTransfer(Callback):
         if self._owner is not None:
             return
         datamodule = trainer.datamodule
+        if callable(getattr(datamodule, _COPIES, None)):
+            getattr(datamodule, _COPIES)(True, pin_memory=self.pin_memory)
+            self._owner = datamodule
+            return
         custom = [obj for obj in (datamodule, pl_module) if obj is not None and is_overridden(_HOOK, obj)]
         if custom:
             notice_once(
@@ -91,9 +100,13 @@ class NonBlockingTransfer(Callback):
         return data.to(device, non_blocking=True)
 
     def _restore(self) -> None:
-        if self._owner is not None:
-            self._owner.__dict__.pop(_HOOK, None)
-            self._owner = None
+        if self._owner is None:
+            return
+        if _HOOK in self._owner.__dict__:
+            self._owner.__dict__.pop(_HOOK)
+        else:
+            getattr(self._owner, _COPIES)(False, pin_memory=self.pin_memory)
+        self._owner = None
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -103,8 +103,8 @@ class ReplayedRows:
     :meth:`check_stored` afterwards compares them with what the replay holds and returns them."""
 
     def __init__(self, dm) -> None:
-        self._dm, self._inner, self._rows = dm, dm.nstep, []
-        dm.nstep = self
+        self._dm, self._inner, self._rows = dm, dm.ingestion.nstep, []
+        dm.ingestion.nstep = self
 
     def __call__(self, batch):
         out = self._inner(batch)

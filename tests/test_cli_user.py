@@ -183,7 +183,7 @@ def test_a_user_error_during_the_fit_leaves_no_run_behind(
     def broken(self):
         raise ValueError("env.kwargs.level=9 is out of range; choose 1 to 3.")
 
-    monkeypatch.setattr(RLDataModule, "make_collector", broken)
+    monkeypatch.setattr(RLDataModule, "start_collection", broken)
     assert main(["fit", *QUICK]) == 2
     assert "env.kwargs.level=9 is out of range" in one_error_line(capsys)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("config.yaml"))

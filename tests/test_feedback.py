@@ -49,7 +49,7 @@ def short_fit(tmp_path: Path, *overrides: str):
     if recorder is not None:
         # After UpdateFeedback (callbacks run in list order; checkpoints run last).
         run.trainer.callbacks.insert(run.trainer.callbacks.index(_feedback(run.trainer)) + 1, recorder)
-    replayed = ReplayedRows(run.datamodule) if run.datamodule.nstep is not None else None
+    replayed = ReplayedRows(run.datamodule) if run.datamodule.ingestion.nstep is not None else None
     run.trainer.fit(run.module, datamodule=run.datamodule)
     return run, recorder, replayed
 

@@ -15,7 +15,9 @@ import pytest
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.fit import fit
-from rl_lightning.data.datamodule import RLDataModule, _Policy
+from rl_lightning.data.collection import Policy
+from rl_lightning.data.datamodule import RLDataModule
+from rl_lightning.data.ingest import Ingestion
 from rl_lightning.training.safe_load import load_checkpoint
 
 BASE = [
@@ -55,8 +57,8 @@ def _interrupting(original: Callable, calls_before: int) -> Callable:
 
 PHASES = {
     # (object, attribute, calls before the interrupting one)
-    "collect": (_Policy, "__call__", 80),
-    "extend": (RLDataModule, "add_frames", 6),
+    "collect": (Policy, "__call__", 80),
+    "extend": (Ingestion, "ingest", 6),
     "update": ("module", "update", 40),
     "evaluate": ("module", "act_eval", 30),
     "checkpoint": (RLDataModule, "save_replay", 1),

@@ -16,9 +16,9 @@ from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule
 from rl_lightning.cli import CONF_DIR, compose, experiments, main
 from rl_lightning.cli.run import build_run
-from rl_lightning.data.datamodule import CollectConfig, RLDataModule
-from rl_lightning.data.replay import ReplayConfig, ReplayMismatchError, resolve_replay
-from rl_lightning.envs.factory import EnvConfig
+from rl_lightning.data.ingest import Ingestion
+from rl_lightning.data.replay import ReplayConfig, ReplayMismatchError, make_replay_buffer, resolve_replay
+from rl_lightning.data.transfer import DeviceCopies
 
 ALGO_FILES = sorted((CONF_DIR / "algo").glob("*.yaml"))
 #: Constructor arguments that come from the env, not from the config.
@@ -128,7 +128,7 @@ def test_transitions_for_dqn_and_the_n_step_discount_is_the_algorithms(
     run = build_run(cfg)
     run.datamodule.setup("fit")
     assert isinstance(run.datamodule.replay.sampler, RandomSampler)
-    assert run.datamodule.nstep.n == 3 and run.datamodule.nstep.gamma == 0.9
+    assert run.datamodule.ingestion.nstep.n == 3 and run.datamodule.ingestion.nstep.gamma == 0.9
 
 
 def test_tdmpc2_n_step_discount_is_its_own_discount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,7 +185,9 @@ def test_the_replay_stores_only_the_keys_the_update_reads(tmp_path: Path, monkey
 
 def test_a_sample_key_the_collected_data_lacks_stops_with_its_name() -> None:
     needs = ReplayRequirements(sample_keys=(*TRANSITION_KEYS, ("next", "winner")))
-    dm = RLDataModule(EnvConfig(id="CartPole-v1"), ReplayConfig(device="cpu"), CollectConfig(), needs)
+    cpu = torch.device("cpu")
+    ingestion = Ingestion(needs, None, DeviceCopies(cpu, cpu))
+    replay = make_replay_buffer(ReplayConfig(device="cpu"))
     flag = torch.zeros(1, 2, 1, dtype=torch.bool)
     batch = TensorDict(
         {
@@ -197,4 +199,4 @@ def test_a_sample_key_the_collected_data_lacks_stops_with_its_name() -> None:
     )
     batch["next", "done"] = flag
     with pytest.raises(KeyError, match=r"sample_keys name \[\('next', 'winner'\)\]"):
-        dm.add_frames(batch)
+        ingestion.ingest(batch, replay, frames=0)

@@ -475,7 +475,7 @@ def test_n_step_and_per_through_the_real_replay_buffer(experiment: str, tmp_path
     replayed = ReplayedRows(run.datamodule)
     run.trainer.fit(run.module, datamodule=run.datamodule)
     dm = run.datamodule
-    assert dm.nstep.gamma == gamma and run.module.replay_requirements().discount == gamma
+    assert dm.ingestion.nstep.gamma == gamma and run.module.replay_requirements().discount == gamma
     # n-step: windows of up to 3 steps; a shorter one ends its episode; CartPole's returns are exact.
     stored = replayed.check_stored()  # the replay keeps only the update's keys, unchanged
     steps = stored["steps_to_next_obs"].reshape(-1)

@@ -6,9 +6,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.datamodule import UpdateRound
+from rl_lightning.data.budget import FrameBudget
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
+from rl_lightning.data.stream import ExperienceStream, UpdateRound
+from rl_lightning.data.transfer import DeviceCopies
 
 
 def items(start: int, n: int) -> TensorDict:
@@ -157,16 +159,27 @@ def test_prioritized_sampling_follows_the_priorities_across_blocks():
     )
 
 
-class _RoundOwner:
-    """What an ``UpdateRound`` reads of the data module, around a real replay buffer."""
+class _Control:
+    """The stream's control: a stop request once ``stop_after`` updates are done."""
 
-    def __init__(self, replay, batch_size: int, stop_after: int | None = None) -> None:
-        self.replay, self.replay_cfg = replay, ReplayConfig(batch_size=batch_size)
-        self.owed_updates, self.updates, self.stop_after = 10, 0, stop_after
-        self.trainer = type("T", (), {"should_stop": False})()
+    def __init__(self, budget: FrameBudget, stop_after: int | None) -> None:
+        self.budget, self.stop_after, self.ended = budget, stop_after, False
 
     def stop_now(self, _: bool) -> bool:
-        return self.stop_after is not None and self.updates >= self.stop_after
+        return self.stop_after is not None and self.budget.updates >= self.stop_after
+
+    def end_fit(self) -> None:
+        self.ended = True
+
+
+def round_stream(replay, batch_size: int, owed: int = 10, stop_after: int | None = None) -> ExperienceStream:
+    """An experience stream over a real replay buffer, with ``owed`` updates owed (no collector)."""
+    budget = FrameBudget(total_frames=10**6, owed=owed)
+    cpu = torch.device("cpu")
+    return ExperienceStream(
+        budget, None, replay, DeviceCopies(cpu, cpu), batch_size, start=None, stop_collection=None,
+        control=_Control(budget, stop_after),
+    )  # fmt: skip
 
 
 def trajectories(steps: int, num_envs: int, length: int = 25) -> TensorDict:
@@ -196,11 +209,11 @@ def test_a_round_draws_its_samples_at_once_and_prioritized_ones_one_by_one(kind,
     calls = []
     sample = replay.sample
     monkeypatch.setattr(replay, "sample", lambda *a, **k: calls.append(a) or sample(*a, **k))
-    owner = _RoundOwner(replay, 12)
-    samples = [s.clone() for s in UpdateRound(owner, 6)]
+    stream = round_stream(replay, 12)
+    samples = [s.clone() for s in UpdateRound(stream, 6)]
     assert len(samples) == 6 and all(s.batch_size == (12,) for s in samples)
     assert calls == ([()] * 6 if kind == "prioritized" else [(72,)])
-    assert owner.updates == 6 and owner.owed_updates == 4
+    assert stream.budget.updates == 6 and stream.budget.owed == 4
     rows = torch.cat([s["i"] for s in samples])
     assert rows.unique().numel() > 50  # 72 draws with replacement from 500 rows: not one sample repeated
     if slice_len:  # each sample is whole slices: consecutive steps of one trajectory
@@ -208,8 +221,8 @@ def test_a_round_draws_its_samples_at_once_and_prioritized_ones_one_by_one(kind,
             traj, step = s[TRAJ_KEY].view(4, slice_len), s["step_count"].view(4, slice_len)
             assert (traj == traj[:, :1]).all() and (step.diff(dim=1) == 1).all()
     # A stop request ends the round between updates; the rest stays owed.
-    owner = _RoundOwner(replay, 12, stop_after=2)
-    assert len(list(UpdateRound(owner, 6))) == 2 and owner.owed_updates == 8 and owner.trainer.should_stop
+    stream = round_stream(replay, 12, stop_after=2)
+    assert len(list(UpdateRound(stream, 6))) == 2 and stream.budget.owed == 8 and stream.control.ended
 
 
 @pytest.mark.parametrize("num_envs", [1, 8])
@@ -222,9 +235,8 @@ def test_slices_drawn_in_rounds_have_the_distribution_of_slices_drawn_one_by_one
     replay.extend(trajectories(600 // num_envs, num_envs, length=37))
     rounds = 300
     alone = torch.cat([replay.sample()["i"][::3] for _ in range(8 * rounds)])
-    owner = _RoundOwner(replay, 12)
-    owner.owed_updates = 8 * rounds
-    together = torch.cat([s["i"][::3] for _ in range(rounds) for s in UpdateRound(owner, 8)])
+    stream = round_stream(replay, 12, owed=8 * rounds)
+    together = torch.cat([s["i"][::3] for _ in range(rounds) for s in UpdateRound(stream, 8)])
     a, b = (torch.bincount(x, minlength=600).double() for x in (alone, together))
     seen = (a + b) > 0
     chi2 = ((a - b) ** 2 / (a + b))[seen].sum().item()

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.run import build_module, container, env_config, make_logger
-from rl_lightning.data.replay import resolve_device
+from rl_lightning.device import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 from rl_lightning.training.video import check_video_format, record_video

@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.cli.errors import USER_ERRORS
 from rl_lightning.cli.process import end_startup_pause
 from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
-from rl_lightning.data.replay import resolve_device
 
 __all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
 
@@ -145,7 +144,7 @@ def fit(cfg: DictConfig) -> Run:
     run = build_run(cfg, claim_run_dir=True)
     main_rank = run.trainer.is_global_zero  # the other ranks of a DDP run train and save, and say nothing
     algo = type(run.module).__name__
-    device = resolve_device(cfg.device)
+    device = run.device
     ranks = run.trainer.world_size
     if main_rank:
         print(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -18,7 +20,8 @@ from rl_lightning.cli.config import CliError
 from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.validate import check_config
 from rl_lightning.data.datamodule import CollectConfig, RLDataModule
-from rl_lightning.data.replay import ReplayConfig, resolve_device
+from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint, replay_path
 from rl_lightning.training.evaluation import EvalCallback, VideoSettings
@@ -65,6 +68,7 @@ class Run:
 
     cfg: DictConfig
     run_dir: Path
+    device: torch.device
     module: RLModule
     datamodule: RLDataModule
     trainer: L.Trainer
@@ -237,35 +241,72 @@ def _shared_run_dir(run_dir: Path) -> Path:
     return Path(shared) if shared and rank_zero_only.rank != 0 else run_dir
 
 
+def _claim(run_dir: Path) -> tuple[Path, list[Path]]:
+    """Makes the first free one of ``run_dir``, ``run_dir-1``, ... atomically (a run started at the same
+    time may take a name between a look and a ``mkdir``); returns it with the parents made for it."""
+    made = [p for p in run_dir.parents if not p.exists()]
+    for n in itertools.count():
+        candidate = run_dir.with_name(f"{run_dir.name}-{n}") if n else run_dir
+        try:
+            candidate.mkdir(parents=True)
+            return candidate, made
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def _unclaim(run_dir: Path, made: list[Path]) -> None:
+    """Removes a directory :func:`_claim` made, and the parents made for it while they are empty (a run
+    started beside it may have filled them since)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in made:  # innermost first
+        try:
+            parent.rmdir()  # only an empty one
+        except OSError:
+            break
+
+
 def build_run(cfg: DictConfig, claim_run_dir: bool = False) -> Run:
     """Builds module, data module, trainer and logger from the composed config.
 
-    Everything the config can get wrong (unknown env, an algorithm that does not fit the env, a replay
-    config that contradicts the algorithm) fails here, before anything is written. With ``claim_run_dir``
-    (``fit``), a new run then makes its directory, atomically: when a run started since took that name, the
-    run is built again for the next free one, so two runs started at once never share a directory.
+    The run directory is chosen first, and the device resolved once, before anything is built. With
+    ``claim_run_dir`` (``fit``) a new run makes its directory then, atomically, so two runs started at once
+    never share one. Everything the config can get wrong (unknown env, an algorithm that does not fit the
+    env, a replay config that contradicts the algorithm) fails here, before anything is written: a directory
+    this build made is removed again.
     """
-    requested_run_dir = cfg.run_dir
     check_config(cfg)
     apply_process_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt = _resolve_resume(cfg)
+    created = claim_run_dir and ckpt is None and _picks_its_run_dir()
+    if created:
+        run_dir, made = _claim(run_dir)
     if ckpt is None and str(run_dir) != cfg.run_dir:
         cfg.run_dir = str(run_dir)  # the recorded config names the directory the new run took
     run_dir = _shared_run_dir(run_dir)
+    try:
+        return _build(cfg, run_dir, ckpt, created)
+    except BaseException:
+        if created:
+            _unclaim(run_dir, made)
+        raise
+
+
+def _build(cfg: DictConfig, run_dir: Path, ckpt: str | None, created: bool) -> Run:
     env_cfg = env_config(cfg)
     device = resolve_device(cfg.device)
     module = build_module(cfg, env_cfg)
+    stop = StopOnInterrupt()
     datamodule = RLDataModule(
         env_cfg,
         ReplayConfig(**container(cfg.replay)),
         CollectConfig(total_frames=cfg.total_frames, **container(cfg.collect)),
-        requirements=module.replay_requirements(),
+        module,
+        device=device,
         seed=cfg.seed,
-        algorithm=type(module).__name__,
+        stop_request=lambda: stop.requested,
     )
-    stop = StopOnInterrupt()
-    datamodule.stop_request = lambda: stop.requested
     if ckpt is not None:
         # Both are checked before Lightning restores them: a shared file must not run code.
         load_checkpoint(ckpt, check_config=False)  # the run's config is this command's, not the stored one
@@ -296,11 +337,4 @@ def build_run(cfg: DictConfig, claim_run_dir: bool = False) -> Run:
             f"collect.backend=ray collects for one training process, not {trainer.world_size} ranks: "
             "drop trainer=ddp, or use collect.backend=local (its workers run per rank)."
         )
-    created = claim_run_dir and ckpt is None and _picks_its_run_dir()
-    if created:
-        try:
-            run_dir.mkdir(parents=True)
-        except FileExistsError:  # taken since _resolve_resume looked
-            cfg.run_dir = requested_run_dir
-            return build_run(cfg, claim_run_dir=True)
-    return Run(cfg, run_dir, module, datamodule, trainer, logger, ckpt, checkpoint, stop, created)
+    return Run(cfg, run_dir, device, module, datamodule, trainer, logger, ckpt, checkpoint, stop, created)

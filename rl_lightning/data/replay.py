@@ -7,32 +7,18 @@ from dataclasses import dataclass
 
 import torch
 from torchrl.data import TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import RandomSampler
+from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
-from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
+from rl_lightning.data.slices import FAST_SLICES, InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
+from rl_lightning.device import resolve_device
 
-__all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_device", "resolve_replay"]
+__all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_replay"]
 
 #: The key under which the collector writes trajectory ids (needed by sequence sampling).
 TRAJ_KEY = ("collector", "traj_ids")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``auto`` -> the GPU when there is one, else the CPU; ``cuda`` without a GPU is an error."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device={device!r}: choose auto, cpu or cuda (or cuda:N).") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r}: choose auto, cpu or cuda (or cuda:N).")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device=cuda was asked for but CUDA is not available here; use device=auto or cpu.")
-    return device
 
 
 class ReplayMismatchError(ValueError):
@@ -108,9 +94,12 @@ def resolve_replay(cfg: ReplayConfig, needs: ReplayRequirements, algo: str) -> R
     return cfg
 
 
-def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDictReplayBuffer:
+def make_replay_buffer(
+    cfg: ReplayConfig, interleaved: bool = False, device: torch.device | None = None
+) -> TensorDictReplayBuffer:
     """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` (its leaves written and read directly:
-    :class:`~rl_lightning.data.storage.DirectTensorStorage`) on ``cfg.device``.
+    :class:`~rl_lightning.data.storage.DirectTensorStorage`) on ``device`` (a run passes the device it
+    resolved; ``None``: ``cfg.device`` resolved here).
 
     Prioritized replay uses :class:`TensorPrioritizedSampler` (priorities read from ``td_error``);
     ``slice_len`` samples sub-trajectories of that many steps with ``SliceSampler`` (batch ``batch_size``
@@ -123,7 +112,7 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
             traj ids and ``step_count`` (TorchRL's fragmented mode, with the index kept sorted across writes:
             :class:`~rl_lightning.data.slices.InterleavedSliceSampler`) instead of from storage adjacency.
     """
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device) if device is None else device
     storage = DirectTensorStorage(cfg.capacity, device=device)
     if cfg.prioritized:
         sampler = TensorPrioritizedSampler(
@@ -135,13 +124,12 @@ def make_replay_buffer(cfg: ReplayConfig, interleaved: bool = False) -> TensorDi
                 f"replay.batch_size ({cfg.batch_size}) must be a multiple of "
                 f"replay.slice_len ({cfg.slice_len})."
             )
+        common = {"slice_len": cfg.slice_len, "traj_key": TRAJ_KEY, "strict_length": True}
         if interleaved:
-            sampler = InterleavedSliceSampler(
-                slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True, fragmented=True,
-                step_key="step_count",
-            )  # fmt: skip
+            cls = InterleavedSliceSampler if FAST_SLICES else SliceSampler
+            sampler = cls(**common, fragmented=True, step_key="step_count")
         else:
-            sampler = TrajectorySliceSampler(slice_len=cfg.slice_len, traj_key=TRAJ_KEY, strict_length=True)
+            sampler = (TrajectorySliceSampler if FAST_SLICES else SliceSampler)(**common)
     else:
         sampler = RandomSampler()
     return TensorDictReplayBuffer(

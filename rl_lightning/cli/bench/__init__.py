@@ -58,7 +58,7 @@ from rl_lightning.cli.bench.variants import (
     run_once,
 )
 from rl_lightning.cli.doctor import machine_info
-from rl_lightning.data.replay import resolve_device
+from rl_lightning.device import resolve_device
 
 __all__ = ["FIGURES", "GPU_ONLY", "bench"]
 

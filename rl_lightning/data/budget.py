@@ -1,0 +1,118 @@
+"""The frame budget: the only owner of a run's frame and update counters.
+
+A run's budget is environment frames (``total_frames``), and the update-to-data ratio turns collected frames
+into updates owed. This class is plain Python, knows nothing of Lightning or TorchRL, and is what a
+checkpoint stores of the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FrameBudget"]
+
+
+@dataclass
+class FrameBudget:
+    """Frames collected, updates done and owed, and the update-to-data credit of one run.
+
+    The ranks of a data-parallel run collect in lockstep, so ``frames`` counts the frames of all ranks (the
+    local count times ``world_size``); ``total_frames`` and ``warmup_frames`` are global and
+    ``updates_per_frame`` is per rank (an update averages ``world_size`` batches' gradients, so the samples
+    drawn per frame collected are the single-process ones).
+
+    Args:
+        total_frames: the run's budget in env frames (all ranks).
+        warmup_frames: frames collected before the first update (all ranks).
+        updates_per_frame: updates granted per frame this rank collects, once the warm-up is in.
+        warmup_burst: TD-MPC2's seeding burst: the first grant after the warm-up is one update per warm-up
+            frame of this rank, whatever ``updates_per_frame``.
+        world_size: ranks collecting in lockstep.
+    """
+
+    total_frames: int
+    warmup_frames: int = 0
+    updates_per_frame: float = 1.0
+    warmup_burst: bool = False
+    world_size: int = 1
+    frames: int = 0
+    updates: int = 0
+    owed: int = 0
+    credit: float = 0.0
+    burst_done: bool = False
+
+    @property
+    def spent(self) -> bool:
+        """The budget's frames are all collected."""
+        return self.frames >= self.total_frames
+
+    def frames_left(self) -> int:
+        """This rank's share of the frames still to collect."""
+        return -(-(self.total_frames - self.frames) // self.world_size)
+
+    def random_frames_left(self, frames_per_batch: int) -> int | None:
+        """This rank's warm-up frames still to collect, rounded up to whole collections (a collector rounds
+        them up itself, with a warning); ``None`` when the warm-up is in."""
+        left = -(-max(0, self.warmup_frames - self.frames) // self.world_size)
+        return -(-left // frames_per_batch) * frames_per_batch or None
+
+    def steps_to_keep(self, steps: int, num_envs: int) -> int:
+        """How many of a collection's ``steps`` time steps of ``num_envs`` envs fit in the budget: all, or
+        as many as end the run at ``total_frames`` (at the next multiple of ``num_envs`` when it does not
+        divide it)."""
+        left = self.frames_left()
+        if steps * num_envs <= left:
+            return steps
+        return -(-left // num_envs)
+
+    def add(self, local_frames: int) -> int:
+        """Counts a collection of ``local_frames`` frames of this rank; returns the updates it grants (none
+        until the warm-up is in), which are then owed."""
+        self.frames += local_frames * self.world_size
+        if self.frames < self.warmup_frames:
+            return 0
+        granted = self.updates_due(local_frames)
+        self.owed += granted
+        return granted
+
+    def updates_due(self, new_frames: int) -> int:
+        """How many updates the update-to-data ratio grants for ``new_frames`` new frames of this rank.
+
+        With ``warmup_burst`` the first grant after the warm-up is the seeding burst: one update per warm-up
+        frame of this rank, as the reference trainer runs ``seed_steps`` updates when seeding ends; the ratio
+        applies only to that collection's frames past the warm-up, and to every later collection.
+        """
+        ratio = self.updates_per_frame
+        if self.warmup_burst and not self.burst_done:
+            self.burst_done = True
+            share = self.warmup_frames / self.world_size
+            past = min(new_frames, max(0, self.frames - self.warmup_frames) / self.world_size)
+            self.credit += share + past * ratio
+        else:
+            self.credit += new_frames * ratio
+        n = int(self.credit)
+        self.credit -= n
+        return n
+
+    def take_update(self) -> None:
+        """One owed update is being done."""
+        self.owed -= 1
+        self.updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters, under the keys checkpoints have always used."""
+        return {
+            "frames": self.frames,
+            "updates": self.updates,
+            "owed_updates": self.owed,
+            "update_credit": self.credit,
+            "burst_done": self.burst_done,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.frames = int(state["frames"])
+        self.updates = int(state["updates"])
+        self.owed = int(state["owed_updates"])
+        self.credit = float(state["update_credit"])
+        self.burst_done = bool(state["burst_done"])

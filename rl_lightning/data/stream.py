@@ -1,0 +1,274 @@
+"""The experience stream: collect, extend the replay, then sample and update as many times as owed.
+
+Read as the textbook off-policy loop::
+
+    for batch in collector:                     # collect_until_owed
+        replay.extend(batch)                    # ingestion
+        for _ in range(updates owed):           # UpdateRound
+            update(replay.sample())
+
+The stream is the train iterable Lightning iterates: one item per Lightning batch, a round of updates
+(:class:`CollectingRound`), which ``training_step`` iterates. The frame budget says when updates are owed
+and when the run ends; the control (the data module) says when to stop and when a callback's batch end is
+due.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import lightning as L
+from tensordict import TensorDictBase
+from torchrl.data.replay_buffers.samplers import RandomSampler
+
+from rl_lightning.algos.base import PRIORITY_KEY
+from rl_lightning.data.budget import FrameBudget
+from rl_lightning.data.collection import Collection
+from rl_lightning.data.ingest import Ingestion
+from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
+from rl_lightning.data.transfer import DeviceCopies
+
+__all__ = [
+    "MAX_UPDATES_PER_BATCH",
+    "BatchEnds",
+    "CollectingRound",
+    "ExperienceStream",
+    "StreamControl",
+    "UpdateRound",
+]
+
+#: Updates per item of the experience stream (a Lightning batch); see :class:`UpdateRound`.
+MAX_UPDATES_PER_BATCH = 64
+#: Samplers whose draws do not depend on the updates: a round draws all its samples in one call.
+ROUND_SAMPLERS = (RandomSampler, TrajectorySliceSampler, InterleavedSliceSampler)
+
+
+class StreamControl(Protocol):
+    """What the stream asks of whoever runs it (the data module, through Lightning)."""
+
+    def stop_now(self, local: bool) -> bool:
+        """Whether to stop: ``local`` or a stop request, collectively over the ranks."""
+
+    def end_fit(self) -> None:
+        """Ends the fit after the current Lightning batch."""
+
+    def batch_end_due(self) -> tuple[float, float]:
+        """The frame and update counts at which the callbacks' next batch end is due."""
+
+    def frames_changed(self, frames: int) -> None:
+        """A collection was added: the frame count is now ``frames``."""
+
+
+class UpdateRound:
+    """The samples of ``n`` consecutive updates, on the module's device.
+
+    ``training_step`` runs ``update`` on each sample and hands each output to :meth:`feedback`, which
+    writes new priorities into the replay before the next sample is drawn. Grouping the updates of one
+    collection into few Lightning batches pays the training loop's per-batch cost (hooks, fetcher,
+    optimizer wrappers: about a millisecond on a CPU, as much as a small network's update) once per
+    round instead of once per update; callbacks that act on frames lose nothing, since frames only change
+    between collections. A stop request is honoured between updates (the rest stays owed).
+
+    With uniform sampling (TorchRL's ``RandomSampler``: indices drawn with replacement, independent of
+    the updates) and with the slice samplers (slices drawn with replacement, a whole number of them per
+    sample) the round's ``n`` samples are drawn in one call of ``n * batch_size`` rows and split: the same
+    distribution as ``n`` calls, since the buffer does not change within a round, at a fraction of the
+    cost (one index draw and one gather instead of ``n``: a quarter for uniform samples, a third for
+    TD-MPC2's slices with 8 envs, ``benchmarks/replay_overlap.py``). A replay in host memory sends the
+    round's rows to the module's device in one copy before the first update, so with non-blocking copies
+    the later samples arrive while the earlier updates run. Prioritized samples are drawn one by one: each
+    must see the priorities of the update before it.
+    """
+
+    def __init__(self, stream: ExperienceStream, n: int) -> None:
+        self.stream = stream
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _samples(self) -> Iterator[TensorDictBase]:
+        stream = self.stream
+        replay, copies = stream.replay, stream.copies
+        if self.n > 1 and type(replay.sampler) in ROUND_SAMPLERS:
+            with warnings.catch_warnings():  # the buffer's batch size is the one of a single update
+                warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
+                rows = replay.sample(stream.batch_size * self.n)
+            yield from copies.to_module(rows).split(stream.batch_size)
+        else:
+            while True:
+                yield copies.to_module(replay.sample())
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        stream = self.stream
+        samples = self._samples()
+        for _ in range(self.n):
+            if stream.control.stop_now(False):
+                stream.stop()
+                return
+            stream.budget.take_update()
+            yield next(samples)
+
+    def feedback(self, output: TensorDictBase) -> None:
+        """Applies what an update returned: new priorities (prioritized replay)."""
+        priority = output.get(PRIORITY_KEY, None)
+        if priority is not None:
+            copies = self.stream.copies
+            index, value = copies.to_sampler(priority.get("index")), copies.to_sampler(priority.get("value"))
+            self.stream.replay.update_priority(index, value)
+
+
+class CollectingRound(UpdateRound):
+    """An item of the experience stream: the collections the next updates wait for, then their round; and
+    again, while no callback is due, up to ``MAX_UPDATES_PER_BATCH`` updates in all.
+
+    Inert until ``training_step`` iterates it. Lightning's fetcher takes the next item of a stream before
+    the current one has been trained (it prefetches a batch to know whether the epoch ends), so an item
+    made with a size would be made from updates the current item is about to do: an extra round of them,
+    and an item pending in the fetcher when a checkpoint is taken, lost on resume. This item decides what
+    it does when it runs: it collects until updates are owed (nothing when earlier collections still owe
+    some), then does up to ``MAX_UPDATES_PER_BATCH`` of them; when the frame budget is spent or a stop is
+    requested it ends the fit and does none.
+
+    When a round leaves updates to spare and the callbacks' next batch end is not yet due, the item collects
+    again and does that collection's round too: SAC's one frame and one update, 64 times per Lightning batch
+    instead of once. The data, the random draws and every callback's work happen in the same order and at
+    the same frames as with one round per item; only the per-batch cost of Lightning's loop (about 0.7 ms on
+    a CPU) is paid less often.
+    """
+
+    def __init__(self, stream: ExperienceStream) -> None:
+        super().__init__(stream, 0)
+        self.done = 0
+
+    def __len__(self) -> int:
+        return self.done
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        stream, budget = self.stream, self.stream.budget
+        due_frames, due_updates = stream.control.batch_end_due()
+        while stream.collect_until_owed():
+            self.n = min(budget.owed, MAX_UPDATES_PER_BATCH - self.done)
+            for sample in super().__iter__():
+                self.done += 1
+                yield sample
+            if budget.owed or self.done >= MAX_UPDATES_PER_BATCH or stream.stopped:
+                return  # a full item, or a stop: the rest of the round is the next item's
+            if budget.frames >= min(due_frames, budget.total_frames) or budget.updates >= due_updates:
+                return  # a callback is due at this batch end, or the budget is spent
+
+
+class ExperienceStream:
+    """The train iterable: items that collect, then do a round of updates (:class:`CollectingRound`).
+
+    Args:
+        budget: the frame budget (frames, updates owed).
+        ingestion: puts collected batches into the replay.
+        replay: the replay buffer.
+        copies: the run's device copies (samples to the module, priorities back).
+        batch_size: rows per update's sample.
+        start: starts a collection (a fresh collector) for this iteration of the stream.
+        stop_collection: shuts the collection down (also on an exception).
+        control: stop decisions and the callbacks' batch ends (the data module).
+        sync_weights: refresh the worker processes' policy weights before each collection.
+    """
+
+    def __init__(
+        self,
+        budget: FrameBudget,
+        ingestion: Ingestion,
+        replay: Any,
+        copies: DeviceCopies,
+        batch_size: int,
+        start: Callable[[], Collection],
+        stop_collection: Callable[[], None],
+        control: StreamControl,
+        sync_weights: bool = False,
+    ) -> None:
+        self.budget, self.ingestion, self.replay, self.copies = budget, ingestion, replay, copies
+        self.batch_size = batch_size
+        self.start, self.stop_collection, self.control = start, stop_collection, control
+        self.sync_weights = sync_weights
+        self.stopped = False
+        self._collection: Collection | None = None
+        self._batches: Iterator[TensorDictBase] | None = None
+
+    def __iter__(self) -> Iterator[UpdateRound]:
+        self.stopped = False
+        self._collection = self.start()
+        self._batches = iter(self._collection.collector)
+        try:
+            while not self.stopped:
+                yield CollectingRound(self)
+        finally:
+            self._batches = self._collection = None
+            self.stop_collection()
+
+    def stop(self) -> None:
+        """Ends the stream and the fit after the current item."""
+        self.stopped = True
+        self.control.end_fit()
+
+    def collect_until_owed(self) -> bool:
+        """Collects until updates are owed (those granted but not yet done, also those owed when a
+        checkpoint was taken, need no collection); ``False`` when the fit is to stop instead.
+
+        The budget is in frames: it ends this epoch and the fit (max_epochs is unbounded so that a finished
+        run resumed with a larger total_frames continues). A stop request (Ctrl-C, a callback) is checked
+        between collections, since the warm-up grants no updates, and between updates (``UpdateRound``).
+        """
+        budget = self.budget
+        while budget.owed <= 0:
+            if self.control.stop_now(budget.spent):
+                self.stop()
+                return False
+            if self.sync_weights:
+                self._collection.collector.update_policy_weights_()
+            batch = next(self._batches)
+            if batch.batch_dims > 2:  # [workers, envs, T] -> [workers * envs, T]
+                batch = batch.reshape(-1, batch.shape[-1])
+            n_envs = batch.shape[0] if batch.batch_dims > 1 else 1
+            keep = budget.steps_to_keep(batch.shape[-1], n_envs)
+            if keep < batch.shape[-1]:
+                batch = batch[..., :keep]
+            self.ingestion.ingest(batch, self.replay, budget.frames)
+            budget.add(batch.numel())
+            self.control.frames_changed(budget.frames)
+        return True
+
+
+class BatchEnds:
+    """When the callbacks' next batch end is due, which bounds how many rounds one item may hold.
+
+    An item of the stream may hold the rounds of several collections: a batch end comes when a callback's
+    work is due. A callback says when with a ``due_frames(trainer) -> float`` method (the frame count at
+    which its batch-end work is next due; the current count to run after every collection) or
+    ``due_updates(trainer) -> float`` (an update count). A callback that declares neither gets the batch ends
+    that come, whatever they hold: it counts time, steps or batches (the generic monitors). A module that
+    implements ``on_train_batch_start`` or ``on_train_batch_end`` gets every collection's batch end.
+
+    Args:
+        callbacks: the trainer's callbacks.
+        module: the LightningModule trained.
+    """
+
+    def __init__(self, callbacks: list[L.Callback], module: L.LightningModule) -> None:
+        self.frames = [cb.due_frames for cb in callbacks if hasattr(cb, "due_frames")]
+        self.updates = [cb.due_updates for cb in callbacks if hasattr(cb, "due_updates")]
+        self.every_batch = any(
+            getattr(type(module), h) is not getattr(L.LightningModule, h)
+            for h in ("on_train_batch_start", "on_train_batch_end")
+        )
+
+    def due(self, trainer: L.Trainer, frames: int, updates: int) -> tuple[float, float]:
+        """The smallest of the callbacks' ``due_frames`` and ``due_updates``; the current counts (no second
+        collection in an item) when the module acts at every batch end."""
+        if self.every_batch:
+            return frames, updates
+        return (
+            min((due(trainer) for due in self.frames), default=math.inf),
+            min((due(trainer) for due in self.updates), default=math.inf),
+        )

@@ -1,0 +1,130 @@
+"""Every host/device copy of the data path goes through one switch, and ``non_blocking`` acts on it.
+
+On the CPU the copies are counted: a real fit routes the observations, the collected frames, the replay
+samples and new priorities through :class:`~rl_lightning.data.transfer.DeviceCopies`, and the
+``NonBlockingTransfer`` callback turns the switch on and off again through the data module. On a GPU
+(``gpu``): a replay in host memory feeding a module on the device, with ``non_blocking`` the sample copies
+come from pinned memory and never wait for the device, and the run's results equal the blocking run's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from callbacks import NonBlockingTransfer
+from rl_lightning.cli import compose
+from rl_lightning.cli.run import Run, build_run
+from rl_lightning.data.transfer import DeviceCopies
+
+
+def small_run(tmp_path: Path, monkeypatch, *overrides: str) -> Run:
+    monkeypatch.chdir(tmp_path)
+    return build_run(compose([
+        "logger=none", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1", *overrides,
+    ]))  # fmt: skip
+
+
+SAC = ("+experiment=sac_pendulum", "algo.hidden_sizes=[16,16]", "collect.warmup_frames=20", "total_frames=60")
+RAINBOW = (
+    "+experiment=rainbow_cartpole", "algo.hidden_sizes=[16,16]", "collect.frames_per_batch=16",
+    "collect.warmup_frames=32", "total_frames=96", "replay.batch_size=8",
+)  # fmt: skip
+
+
+def test_a_fit_routes_every_copy_of_its_data_path_through_the_switch(tmp_path: Path, monkeypatch) -> None:
+    run = small_run(tmp_path, monkeypatch, *SAC, "device=cpu", "replay.device=cpu")
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    dm = run.datamodule
+    copies = dm.copies.counts
+    # 20 random frames, then 40 acted ones: each observation goes to the policy through the switch (and
+    # once more when the collector starts: TorchRL calls the policy once to learn what it writes).
+    assert copies["observations", "same"] == 1 + 40
+    assert copies["frames", "same"] == 60  # one collection of one frame each
+    # One update per frame after the warm-up, grouped into rounds whose samples cross together.
+    assert 1 <= copies["samples", "same"] <= dm.updates == 41
+    assert set(kind for _, kind in copies) == {"same"}  # all on the CPU: nothing to copy
+
+
+def test_prioritized_replay_sends_its_new_priorities_through_the_switch(tmp_path: Path, monkeypatch) -> None:
+    run = small_run(tmp_path, monkeypatch, *RAINBOW, "device=cpu")
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    dm = run.datamodule
+    assert dm.replay_cfg.prioritized
+    # Index and value of each update's priorities; prioritized samples cross one by one.
+    assert dm.copies.copied("priorities") == {"same": 2 * dm.updates}
+    assert dm.copies.copied("samples") == {"same": dm.updates}
+
+
+def test_the_callback_turns_the_data_paths_switch_on_and_off() -> None:
+    dm = SimpleNamespace(copies=DeviceCopies(torch.device("cpu"), torch.device("cpu")))
+    dm.use_non_blocking_copies = lambda enabled, pin_memory: setattr(dm, "seen", (enabled, pin_memory))
+    callback = NonBlockingTransfer(pin_memory=False)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda")), datamodule=dm)
+    callback.setup(trainer, None, "fit")
+    assert dm.seen == (True, False) and "transfer_batch_to_device" not in vars(dm)
+    callback.teardown(trainer, None, "fit")
+    assert dm.seen == (False, False)
+
+
+def test_copies_say_how_they_crossed() -> None:
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    copies = DeviceCopies(meta, cpu)
+    td = TensorDict({"x": torch.ones(3)}, [3])
+    assert copies.to_module(td).device == meta and copies.to_replay(td) is td
+    copies.non_blocking = True  # toward a device other than CUDA a copy stays plain
+    copies.to_policy(td)
+    assert copies.copied("samples") == {"blocking": 1} and copies.copied("frames") == {"same": 1}
+    assert copies.copied("observations") == {"blocking": 1}
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+HOST_REPLAY = (*SAC, "device=cuda", "replay.device=cpu", "seed=3")
+
+
+def fit_with_host_replay(tmp_path: Path, monkeypatch, callbacks: list) -> Run:
+    run = small_run(tmp_path, monkeypatch, *HOST_REPLAY)
+    run.trainer.callbacks.extend(callbacks)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    return run
+
+
+@pytest.mark.gpu
+def test_a_host_replay_feeds_the_gpu_with_non_blocking_copies_and_the_same_results(
+    tmp_path: Path, monkeypatch
+) -> None:
+    plain = fit_with_host_replay(tmp_path / "plain", monkeypatch, [])
+    fast = fit_with_host_replay(tmp_path / "fast", monkeypatch, [NonBlockingTransfer()])
+    assert plain.datamodule.replay.storage.device.type == "cpu"
+    assert plain.datamodule.copies.copied("samples") == {
+        "blocking": plain.datamodule.copies.counts["samples", "blocking"]
+    }
+    assert fast.datamodule.copies.counts["samples", "non_blocking"] >= 1
+    assert fast.datamodule.copies.counts["observations", "non_blocking"] == 40
+    assert not fast.datamodule.copies.non_blocking  # switched off again after the fit
+    for (name, a), b in zip(plain.module.state_dict().items(), fast.module.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.gpu
+def test_non_blocking_sample_copies_come_from_pinned_memory_without_a_sync() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    copies = DeviceCopies(torch.device("cuda"), torch.device("cpu"), non_blocking=True)
+    rows = TensorDict({"observation": torch.randn(256, 17), "reward": torch.randn(256, 1)}, [256])
+    copies.to_module(rows)  # warm-up: CUDA context, pinned-memory pool
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda.set_sync_debug_mode("error")  # any synchronisation raises
+        try:
+            moved = copies.to_module(rows)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+    assert moved.device.type == "cuda" and torch.equal(moved.cpu()["reward"], rows["reward"])
+    memcpy = [e.name for e in prof.events() if "Memcpy" in e.name]
+    assert memcpy and all("Pinned" in name for name in memcpy), memcpy
