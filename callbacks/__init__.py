@@ -8,10 +8,6 @@ Recommended order in the callback list (hot-path wrappers wrap what is already t
 ``NonBlockingTransfer, TF32, FusedOptimizer, DirectSteps, MixedPrecision, TorchCompile, CudaGraphs,
 GPUMonitor, ThroughputMonitor, CudaCacheClearing``. ``CudaGraphs`` refuses to be listed before
 ``TorchCompile``.
-
-``HockeyCurriculum`` is the one training callback here. It depends on the same packages only: it reaches
-the training envs through a duck-typed data module method (``call_training_envs``) and the hockey env's
-``set_curriculum``, never by importing ``rl_lightning``.
 """
 
 from callbacks.cuda_cache_clearing import CudaCacheClearing
@@ -19,7 +15,6 @@ from callbacks.cuda_graphs import CudaGraphs
 from callbacks.direct_steps import DirectSteps
 from callbacks.fused_optimizer import FusedOptimizer
 from callbacks.gpu_monitor import GPUMonitor
-from callbacks.hockey_curriculum import HockeyCurriculum
 from callbacks.mixed_precision import MixedPrecision
 from callbacks.non_blocking_transfer import NonBlockingTransfer
 from callbacks.tf32 import TF32
@@ -33,7 +28,6 @@ __all__ = [
     "DirectSteps",
     "FusedOptimizer",
     "GPUMonitor",
-    "HockeyCurriculum",
     "MixedPrecision",
     "NonBlockingTransfer",
     "ThroughputMonitor",

@@ -17,14 +17,15 @@ from cli_helpers import run_cli
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
-from callbacks import HockeyCurriculum
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.sac import SAC
 from rl_lightning.cli import main
+from rl_lightning.data.collection import Collection
 from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.envs.hockey import DISCRETE_ACTIONS, HockeyVsOpponentEnv, Mode, PolicyOpponent
+from rl_lightning.training.hockey_curriculum import HockeyCurriculum
 
 HOCKEY = EnvConfig(
     id="HockeyVsOpponent-v0", num_envs=2, kwargs={"mode": "NORMAL", "opponent": "weak"}, info_keys=("winner",)
@@ -82,7 +83,7 @@ def setting(env_cfg: EnvConfig = HOCKEY, workers: int = 0, module: Any = None) -
         env_cfg,
         ReplayConfig(device="cpu"),
         CollectConfig(total_frames=10_000, frames_per_batch=16, warmup_frames=32, workers=workers),
-        requirements=module.replay_requirements(),
+        module,
     )
     logger = Recorder()
     trainer = SimpleNamespace(
@@ -95,12 +96,12 @@ def setting(env_cfg: EnvConfig = HOCKEY, workers: int = 0, module: Any = None) -
 def start(curriculum: HockeyCurriculum, s: SimpleNamespace, live_env: bool = True) -> None:
     curriculum.setup(s.trainer, s.module, "fit")
     if live_env:
-        s.dm.training_env = make_env(s.dm.env_cfg, seed=0)
+        s.dm.collection = Collection(collector=None, env=make_env(s.dm.env_cfg, seed=0))
     curriculum.on_fit_start(s.trainer, s.module)
 
 
 def at(curriculum: HockeyCurriculum, s: SimpleNamespace, frames: int) -> int:
-    s.dm.frames = frames
+    s.dm.budget.frames = frames
     curriculum.on_train_batch_end(s.trainer, s.module, None, None, 0)
     return curriculum.stage
 
@@ -204,7 +205,7 @@ def test_envs_built_after_the_switch_start_in_the_current_stage() -> None:
     s = setting()
     curriculum = HockeyCurriculum(STAGES)
     start(curriculum, s, live_env=False)
-    s.dm.frames = 0
+    s.dm.budget.frames = 0
     collector = s.dm.make_collector()
     try:
         next(iter(collector))
@@ -344,7 +345,7 @@ def test_state_dict_round_trip_restores_stage_and_pool() -> None:
     resumed_setting = setting(module=sac(seed=1))
     resumed = HockeyCurriculum(STAGES, snapshot_every_frames=100, pool_size=2)
     resumed.load_state_dict(state)
-    resumed_setting.dm.frames = 300
+    resumed_setting.dm.budget.frames = 300
     start(resumed, resumed_setting)
     try:
         assert resumed.stage == 3 and resumed.stage_start_frames == 200
@@ -374,7 +375,7 @@ def test_a_checkpoint_in_the_batch_of_a_decisive_evaluation_holds_the_next_stage
     s = setting()
     curriculum = HockeyCurriculum(STAGES[2:])
     start(curriculum, s, live_env=False)
-    s.dm.frames = 500
+    s.dm.budget.frames = 500
     s.trainer.callback_metrics["eval/weak/win_rate"] = torch.tensor(0.6)
     assert curriculum.state_dict()["stage"] == 1
 

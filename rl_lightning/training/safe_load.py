@@ -46,7 +46,7 @@ CONFIG_KEY = "rl_lightning"
 FORMAT_VERSION = 2
 
 #: Where a stored config's ``_target_`` may point, and what it must be there.
-_TARGET_PREFIXES = ("rl_lightning.algos.", "callbacks.")
+_TARGET_PREFIXES = ("rl_lightning.algos.", "rl_lightning.training.", "callbacks.")
 
 
 class NotACheckpointError(ValueError):
@@ -112,7 +112,23 @@ def migrate_config(config: dict[str, Any], version: int, source: str | Path = "c
         if "log_every_n_updates" in algo:
             config.setdefault("log_every_n_updates", algo.pop("log_every_n_updates"))
         config["algo"] = algo
-    return config
+    return _moved_targets(config)
+
+
+#: ``_target_`` s that moved: the old name, as stored configs hold it, and the new one.
+MOVED_TARGETS = {"callbacks.HockeyCurriculum": "rl_lightning.training.hockey_curriculum.HockeyCurriculum"}
+
+
+def _moved_targets(node: Any) -> Any:
+    """``node`` with every ``_target_`` of :data:`MOVED_TARGETS` renamed."""
+    if isinstance(node, Mapping):
+        return {
+            k: MOVED_TARGETS.get(v, v) if k == "_target_" and isinstance(v, str) else _moved_targets(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list | tuple):
+        return [_moved_targets(v) for v in node]
+    return node
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -132,8 +148,9 @@ def _targets(node: Any, where: str = "") -> Iterator[tuple[str, Any]]:
 def check_targets(config: Mapping[str, Any], source: str = "the config") -> None:
     """Every ``_target_`` in ``config`` names one of the project's algorithms or callbacks.
 
-    The name is checked before it is imported: only modules of ``rl_lightning.algos`` and ``callbacks``
-    are ever imported, and the object found must be an ``RLModule`` or a Lightning ``Callback`` class.
+    The name is checked before it is imported: only modules of ``rl_lightning.algos``,
+    ``rl_lightning.training`` and ``callbacks`` are ever imported, and the object found must be an
+    ``RLModule`` (algorithms) or a Lightning ``Callback`` class (the others).
 
     Raises:
         UnsafeFileError: a ``_target_`` points anywhere else.
@@ -153,7 +170,7 @@ def check_targets(config: Mapping[str, Any], source: str = "the config") -> None
                 obj = getattr(importlib.import_module(module), name, None)
             except ImportError:
                 obj = None
-            wanted = RLModule if target.startswith("rl_lightning.") else L.Callback
+            wanted = RLModule if target.startswith("rl_lightning.algos.") else L.Callback
             ok = isinstance(obj, type) and issubclass(obj, wanted)
         if not ok:
             raise UnsafeFileError(

@@ -10,10 +10,11 @@ from __future__ import annotations
 import gymnasium as gym
 
 from rl_lightning.envs.hockey.constants import Mode
-from rl_lightning.envs.hockey.env import HockeyEnv, mirror_observation
+from rl_lightning.envs.hockey.env import CategoricalMix, HockeyEnv, mirror_observation
 from rl_lightning.envs.hockey.opponent import BasicOpponent
 from rl_lightning.envs.hockey.single import (
     DISCRETE_ACTIONS,
+    NAMED_OPPONENTS,
     DiscreteActionWrapper,
     HockeyVsOpponentEnv,
     PolicyOpponent,
@@ -24,7 +25,9 @@ from rl_lightning.envs.hockey.single import (
 __all__ = [
     "DISCRETE_ACTIONS",
     "ENV_IDS",
+    "NAMED_OPPONENTS",
     "BasicOpponent",
+    "CategoricalMix",
     "DiscreteActionWrapper",
     "HockeyEnv",
     "HockeyVsOpponentEnv",

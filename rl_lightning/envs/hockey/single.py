@@ -17,7 +17,8 @@ from rl_lightning.envs.hockey.opponent import BasicOpponent
 OpponentPolicy = Callable[[np.ndarray], Any]
 OpponentSpec = str | Mapping[str, float] | OpponentPolicy | torch.nn.Module
 
-_NAMED = ("weak", "strong")
+#: The opponents the env plays by name (BasicOpponent, weak or strong); other names are given policies.
+NAMED_OPPONENTS = ("weak", "strong")
 
 # Discrete codes in the player's own frame: each sets one component to +-1 (shoot: component 3 to +1).
 DISCRETE_ACTIONS = np.array(
@@ -47,7 +48,7 @@ def discrete_to_continuous(code: int) -> np.ndarray:
 def _policy_name(name: Any, policies: Mapping[str, Any]) -> str:
     """``"weak"``/``"strong"`` (any case) or the name of one of ``policies``, as a key of an opponent mix."""
     key = str(name).strip()
-    if key.lower() in _NAMED:
+    if key.lower() in NAMED_OPPONENTS:
         return key.lower()
     if key in policies:
         return key
@@ -106,7 +107,7 @@ class _OpponentChoice:
     ) -> None:
         named: dict[str, OpponentPolicy] = {}
         for name, policy in (policies or {}).items():
-            if not isinstance(name, str) or not name.strip() or name.strip().lower() in _NAMED:
+            if not isinstance(name, str) or not name.strip() or name.strip().lower() in NAMED_OPPONENTS:
                 raise ValueError(f"policy opponents need names other than 'weak' and 'strong', got {name!r}")
             named[name] = _as_policy(policy)
         self.policies = named
@@ -179,7 +180,7 @@ class HockeyVsOpponentEnv(HockeyEnv):
             self._policy = choice.callable  # type: ignore[assignment]
             self._uses_basic = False
             self.opponent_name = getattr(choice.callable, "__name__", type(choice.callable).__name__)
-        elif name in _NAMED:
+        elif name in NAMED_OPPONENTS:
             self._basic.weak = name == "weak"
             self._policy = self._basic.act_values
             self._uses_basic = True

@@ -1,11 +1,16 @@
-"""A hockey training curriculum (game modes and opponents in stages) with a self-play pool."""
+"""A hockey training curriculum (game modes and opponents in stages) with a self-play pool.
+
+Modes, named opponents and the validation of a per-episode mix are the hockey env's own (``Mode``,
+``NAMED_OPPONENTS``, ``CategoricalMix`` of :mod:`rl_lightning.envs.hockey`); the curriculum adds ``self``, a
+share of the opponents played by frozen snapshots of the agent.
+"""
 
 from __future__ import annotations
 
 import copy
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,53 +20,44 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from callbacks._logging import log_metrics, read_frames
+from rl_lightning.envs.hockey import NAMED_OPPONENTS, CategoricalMix, Mode
+from rl_lightning.training.metrics import log_metrics
 
-MODES = ("NORMAL", "TRAIN_SHOOTING", "TRAIN_DEFENSE")
-OPPONENTS = ("weak", "strong", "self")
-STAGE_KEYS = ("name", "mode", "opponent", "frames", "win_rate", "against")
+__all__ = ["HockeyCurriculum", "Stage", "parse_stage"]
+
+MODES = tuple(m.name for m in Mode)
 SELF = "self"
+OPPONENTS = (*NAMED_OPPONENTS, SELF)
+STAGE_KEYS = ("name", "mode", "opponent", "frames", "win_rate", "against")
 
 
 def _fail(message: str) -> ValueError:
     return ValueError(f"HockeyCurriculum: {message}")
 
 
-def _mode_name(value: Any, where: str) -> str:
-    if isinstance(value, bool):
-        raise _fail(f"{where}: mode {value!r} is no mode; use one of {list(MODES)} or a mix of them.")
-    if isinstance(value, numbers.Integral) and 0 <= int(value) < len(MODES):
-        return MODES[int(value)]
-    name = str(value).strip().upper()
-    if name not in MODES:
-        raise _fail(f"{where}: unknown mode {value!r}; use one of {list(MODES)} or a mix of them.")
-    return name
+def _mode_name(value: Any) -> str:
+    try:
+        return Mode.coerce(value).name
+    except (ValueError, TypeError):
+        raise ValueError(f"unknown mode {value!r}; use one of {list(MODES)} or a mix of them") from None
 
 
-def _opponent_name(value: Any, where: str) -> str:
+def _opponent_name(value: Any) -> str:
     name = str(value).strip().lower()
     if name not in OPPONENTS:
-        raise _fail(f"{where}: unknown opponent {value!r}; use one of {list(OPPONENTS)} or a mix of them.")
+        raise ValueError(f"unknown opponent {value!r}; use one of {list(OPPONENTS)} or a mix of them")
     return name
 
 
-def _mix(value: Any, coerce: Any, what: str, where: str) -> str | dict[str, float]:
-    """A single name, or a mix ``{name: weight}`` with finite weights >= 0 and a positive sum."""
-    if not isinstance(value, Mapping):
-        return coerce(value, where)
-    out: dict[str, float] = {}
-    for key, weight in value.items():
-        name = coerce(key, where)
-        if name in out:
-            raise _fail(f"{where}: the {what} mix names {name!r} twice.")
-        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-            raise _fail(f"{where}: {what} weight {weight!r} of {key!r} must be a number >= 0.")
-        if not (math.isfinite(weight) and weight >= 0):
-            raise _fail(f"{where}: {what} weight {weight!r} of {key!r} must be finite and >= 0.")
-        out[name] = float(weight)
-    if not out or sum(out.values()) <= 0:
-        raise _fail(f"{where}: the {what} mix {dict(value)} needs a positive weight.")
-    return out
+def _setting(value: Any, coerce: Callable[[Any], str], what: str, where: str) -> str | dict[str, float]:
+    """A single name, or a mix ``{name: weight}`` checked as the env checks its mixes."""
+    try:
+        if not isinstance(value, Mapping):
+            return coerce(value)
+        mix = CategoricalMix(value, coerce, what)
+    except ValueError as err:
+        raise _fail(f"{where}: {err}.") from None
+    return dict(zip(mix.choices, mix.probabilities))
 
 
 @dataclass(frozen=True)
@@ -119,8 +115,8 @@ def parse_stage(raw: Any, index: int, count: int) -> Stage:
         )
     return Stage(
         name=name,
-        mode=_mix(raw.get("mode", "NORMAL"), _mode_name, "mode", where),
-        opponent=_mix(raw.get("opponent", "weak"), _opponent_name, "opponent", where),
+        mode=_setting(raw.get("mode", "NORMAL"), _mode_name, "mode", where),
+        opponent=_setting(raw.get("opponent", "weak"), _opponent_name, "opponent", where),
         frames=frames,
         win_rate=None if win_rate is None else float(win_rate),
         against=against.strip() if against else None,
@@ -312,9 +308,9 @@ class HockeyCurriculum(Callback):
         self._restored_pool = list(state_dict["pool"])  # rebuilt in on_fit_start, with the module
 
     # ------------------------------------------------------------------ the work
-    def _frames(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
-        frames = read_frames(trainer, pl_module)
-        return int(frames) if frames is not None else 0
+    @staticmethod
+    def _frames(trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
+        return int(trainer.datamodule.frames)
 
     def _update(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._frames(trainer, pl_module)
@@ -408,4 +404,4 @@ class HockeyCurriculum(Callback):
         metrics = {"curriculum/stage": float(self.stage)}
         if pool:
             metrics["curriculum/pool_size"] = float(len(self.pool))
-        log_metrics(trainer, metrics, pl_module)
+        log_metrics(trainer, metrics, self._frames(trainer, pl_module))
