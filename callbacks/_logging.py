@@ -9,35 +9,27 @@ from __future__ import annotations
 import numbers
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 
-def read_frames(trainer: pl.Trainer, pl_module: pl.LightningModule | None = None) -> int | None:
-    """Environment frames collected so far, from a duck-typed ``frames`` attribute, else ``None``.
+def read_frames(trainer: pl.Trainer) -> int | None:
+    """Environment frames collected so far: the data module's ``frames`` (an int), else ``None``.
 
-    Looks at ``trainer.datamodule.frames`` first, then ``pl_module.frames``. Accepts an int or a CPU tensor;
-    a CUDA tensor is ignored, since reading it would synchronize the device.
+    A data module that counts frames (an RL data path) is the one place they are kept; without one the
+    callbacks fall back to Lightning's step count.
     """
-    for owner in (getattr(trainer, "datamodule", None), pl_module):
-        value = getattr(owner, "frames", None) if owner is not None else None
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, numbers.Integral):
-            return int(value)
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() == 1:
-            return int(value)
+    value = getattr(getattr(trainer, "datamodule", None), "frames", None)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
     return None
 
 
 @rank_zero_only
-def log_metrics(
-    trainer: pl.Trainer, metrics: dict[str, float], pl_module: pl.LightningModule | None = None
-) -> None:
+def log_metrics(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
     """Log ``metrics`` to every logger against environment frames (else the global step)."""
     if not metrics or not trainer.loggers:
         return
-    frames = read_frames(trainer, pl_module)
+    frames = read_frames(trainer)
     step = frames if frames is not None else trainer.global_step
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=step)

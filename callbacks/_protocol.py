@@ -11,11 +11,10 @@ A module opts in by exposing:
 - ``direct_optimizers`` (for ``DirectSteps``): ``None``, or optimizers the callback set for a fit, which the
   update steps (with a plain ``loss.backward()``) instead of Lightning's wrappers.
 
-A callback that acts at batch ends (``on_train_batch_start``/``on_train_batch_end``) says when it is next due
-with ``due_frames(trainer) -> float`` (a frame count) or ``due_updates(trainer) -> float`` (an update count),
-``math.inf`` when it counts time or batches whatever they hold: a data stream may then do several collections
-in one batch until one is due (``rl_lightning``'s experience stream does). Without either, it gets every batch
-end as the stream would make it alone.
+A data module may hand Lightning batches that each hold several rounds of work (``rl_lightning``'s
+experience stream does, until a callback's work is due). The callbacks here count time, steps or batches,
+whatever a batch holds, and declare nothing about it; ``NonBlockingTransfer`` calls a data module's
+``use_non_blocking_copies(enabled, pin_memory)`` where the data module makes its own host-to-device copies.
 
 Replacing a method means shadowing it with an instance attribute. Several callbacks may wrap the same
 path (compile, then CUDA graph); every layer is recorded here so that restoring one layer also drops the

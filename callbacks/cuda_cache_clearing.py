@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -50,10 +49,6 @@ class CudaCacheClearing(Callback):
         self.enabled = trainer.strategy.root_device.type == "cuda"
         if not self.enabled:
             notice_once(self, "CudaCacheClearing: no CUDA device; nothing to clear.")
-
-    def due_frames(self, trainer: pl.Trainer) -> float:
-        """Never due: the cache is cleared every ``every_n_steps`` batch ends, whatever they hold."""
-        return math.inf
 
     @override
     def on_train_batch_end(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import math
 import time
 from typing import Any
 
@@ -106,10 +105,6 @@ class GPUMonitor(Callback):
         self.latest = metrics
         return metrics
 
-    def due_frames(self, trainer: pl.Trainer) -> float:
-        """Never due: samples are taken every ``interval_s`` at the batch ends that come."""
-        return math.inf
-
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -120,7 +115,7 @@ class GPUMonitor(Callback):
         if now - self._last < self.interval_s:
             return
         self._last = now
-        log_metrics(trainer, self.sample(), pl_module)
+        log_metrics(trainer, self.sample())
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -75,7 +74,7 @@ class ThroughputMonitor(Callback):
     def _open_window(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._window_start = time.perf_counter()
         self._window_updates = self.updates
-        frames = read_frames(trainer, pl_module)
+        frames = read_frames(trainer)
         # Frames arrive in bursts (one collection, then many updates): the frame rate is measured between
         # windows in which the frame count moved, so an update-only window does not read as 0 frames/s.
         if self._window_frames is None or frames != self._window_frames:
@@ -87,10 +86,6 @@ class ThroughputMonitor(Callback):
         self.windows = 0
         self._paused_at = None
         self._open_window(trainer, pl_module)
-
-    def due_frames(self, trainer: pl.Trainer) -> float:
-        """Never due: windows count updates and time, whichever batch end closes them."""
-        return math.inf
 
     @override
     def on_train_batch_end(
@@ -104,7 +99,7 @@ class ThroughputMonitor(Callback):
         now = time.perf_counter()
         elapsed = now - self._window_start
         frames_elapsed = now - self._frames_since
-        frames = read_frames(trainer, pl_module)
+        frames = read_frames(trainer)
         start_frames = self._window_frames
         self.windows += 1
         self._open_window(trainer, pl_module)
@@ -117,7 +112,7 @@ class ThroughputMonitor(Callback):
             metrics["time/env_sps"] = self.env_sps
         if frames is not None and self.log_frames:
             metrics["time/frames"] = float(frames)
-        log_metrics(trainer, metrics, pl_module)
+        log_metrics(trainer, metrics)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

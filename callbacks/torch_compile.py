@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -123,17 +122,13 @@ class TorchCompile(HotPathCallback):
         run.compiled = compiled  # type: ignore[attr-defined]
         return run
 
-    def due_frames(self, trainer: pl.Trainer) -> float:
-        """Never due: the compile time is logged at the first batch end after compiling."""
-        return math.inf
-
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._pending_log:
             self._pending_log = False
-            log_metrics(trainer, {"time/compile_s": self.compile_s}, pl_module)
+            log_metrics(trainer, {"time/compile_s": self.compile_s})
 
     @override
     def state_dict(self) -> dict[str, Any]:

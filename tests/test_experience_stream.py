@@ -3,7 +3,6 @@ update-to-data ratio says, with no round more, whatever Lightning's fetcher take
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import lightning as L
@@ -13,7 +12,8 @@ from tensordict import LazyStackedTensorDict, TensorDict
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
-from rl_lightning.data.datamodule import MAX_UPDATES_PER_BATCH, _rows
+from rl_lightning.data.ingest import rows as replay_rows
+from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH
 from rl_lightning.training.evaluation import EvalCallback
 
 
@@ -94,21 +94,22 @@ def test_a_stop_request_ends_the_fit_between_updates(tmp_path: Path, monkeypatch
 
 
 class BatchEnds(L.Callback):
-    """Records ``(frames, updates in the batch)`` at every batch end; ``declares``: with a ``due_frames``
-    that is never due (the stream may then group collections), else as an undeclared batch-end hook."""
+    """Records ``(frames, updates in the batch)`` at every batch end; ``every_collection``: with a
+    ``due_frames`` that is always due (the current count), else without one (the stream may then group
+    collections)."""
 
-    def __init__(self, declares: bool) -> None:
+    def __init__(self, every_collection: bool) -> None:
         self.ends: list[tuple[int, int]] = []
-        if declares:
-            self.due_frames = lambda trainer: math.inf
+        if every_collection:
+            self.due_frames = lambda trainer: trainer.datamodule.frames
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.ends.append((trainer.datamodule.frames, outputs["updates"]))
 
 
-def grouped_fit(tmp_path: Path, monkeypatch, declares: bool, *overrides: str):
+def grouped_fit(tmp_path: Path, monkeypatch, every_collection: bool, *overrides: str):
     run = small_run(tmp_path, monkeypatch, *SAC_SMALL, *overrides)
-    ends = BatchEnds(declares)
+    ends = BatchEnds(every_collection)
     run.trainer.callbacks.append(ends)
     run.trainer.fit(run.module, datamodule=run.datamodule)
     weights = {k: v.clone() for k, v in run.module.state_dict().items()}
@@ -117,7 +118,7 @@ def grouped_fit(tmp_path: Path, monkeypatch, declares: bool, *overrides: str):
 
 def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: Path, monkeypatch) -> None:
     args = ("total_frames=300", "eval.every_frames=150", "checkpoint.every_frames=100")
-    ends, grouped, run = grouped_fit(tmp_path / "grouped", monkeypatch, True, *args)
+    ends, grouped, run = grouped_fit(tmp_path / "grouped", monkeypatch, False, *args)
     updates = [n for _, n in ends]
     assert sum(updates) == run.datamodule.updates == 281 and max(updates) == MAX_UPDATES_PER_BATCH
     # Every evaluation and checkpoint frame is a batch end, where those callbacks ran on time, and so is
@@ -126,8 +127,8 @@ def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: P
     assert {100, 119, 150, 200, 219, 300}.issubset(frames) and len(ends) < 14
     evals = next(cb for cb in run.trainer.callbacks if isinstance(cb, EvalCallback))
     assert evals._done_frames == 300 and run.datamodule.owed_updates == 0
-    # An undeclared batch-end hook gets one collection per batch, with the same updates to the bit.
-    ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, False, *args)
+    # A callback due at every frame count gets one collection per batch, with the same updates to the bit.
+    ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, True, *args)
     assert ends == [(20 + i, 1) for i in range(281)] + [(300, 0)]  # the last batch finds the budget spent
     assert all(torch.equal(grouped[k], alone[k]) for k in grouped)
 
@@ -148,15 +149,15 @@ def test_rows_of_a_collected_batch_are_select_then_reshape() -> None:
     keys = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "absent"))
     expected = batch.select(*keys, strict=False).reshape(-1)
     for data in (batch, LazyStackedTensorDict.lazy_stack(list(batch.unbind(0)), 0)):
-        rows = _rows(data, keys)
+        rows = replay_rows(data, keys)
         assert rows.batch_size == torch.Size([n * t])
         assert set(rows.keys(True, True)) == set(expected.keys(True, True))
         assert (rows == expected).all()
     nested_lazy = batch.clone()  # a nested entry that is not a plain TensorDict is kept, not skipped
     nested_lazy.set("next", LazyStackedTensorDict.lazy_stack(list(batch.get("next").unbind(1)), 1))
-    assert (_rows(nested_lazy, keys) == expected).all()
+    assert (replay_rows(nested_lazy, keys) == expected).all()
     for data in (batch, nested_lazy):  # every key (TD-MPC2's slices store all)
-        rows, reshaped = _rows(data, None), data.reshape(-1)
+        rows, reshaped = replay_rows(data, None), data.reshape(-1)
         assert set(rows.keys(True, True)) == set(reshaped.keys(True, True))
         assert (rows == reshaped).all()
-    assert "episode_reward" not in _rows(batch, keys).keys()
+    assert "episode_reward" not in replay_rows(batch, keys).keys()
