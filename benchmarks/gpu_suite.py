@@ -77,6 +77,8 @@ from _common import machine, relative_paths
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
+#: A replay in host memory (``replay.device=cpu``) feeding a module on the GPU.
+HOST = ["replay.device=cpu"]
 #: Experiment -> (bench overrides on a GPU, on a CPU), in the order they run. Every run is a process of its
 #: own, and the compiled variants compile first. TD-MPC2 on a GPU: 300 random frames and a burst of 300
 #: updates (not the experiment's 1255), then 600 frames of one plan and one update each.
@@ -119,7 +121,19 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         ["+experiment=dqn_cartpole", "bench.frames=4096"],
         ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128"],
     ),
+    # The replay in host memory (replay.device=cpu, for buffers larger than the device's memory), its samples
+    # copied to the module on the GPU: blocking (the baseline) against non_blocking (pinned, asynchronous).
+    "sac_host_replay": (
+        ["+experiment=sac_pendulum", "bench.frames=1500", *HOST],
+        ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]", *HOST],
+    ),
+    "dqn_host_replay": (
+        ["+experiment=dqn_cartpole", "bench.frames=4096", *HOST],
+        ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128", *HOST],
+    ),
 }
+#: The benches of a run without ``--algos`` (``--budgeted``: those of ``BUDGETED``).
+DEFAULT_ALGOS = ("tdmpc2", "tdmpc2_8envs", "sac", "dqn")
 #: On a GPU, first the variants of the tracked figures (step 3), then the rest of each ablation while
 #: ``--budget`` lasts (a bench of its own per algorithm, against its own baseline run), cheapest first.
 #: TD-MPC2's ``cuda_graphs`` alone (the plan graphed without compiling) is in its ablation pass.
@@ -169,13 +183,16 @@ PLAN_STEPS = {
 #: in here, by its priority. The first budgeted run (an H100, ``gpu_suite_nvidia_h100_80gb_hbm3.json``)
 #: measured the plan and its side-stream candidate; the 8-env bench's ``fast`` variant did not finish in the
 #: 230 s left after its eager baseline, so it now runs first, without the baseline (its eager figure is
-#: known: 20 to 31 frames/s), then compile's autotuning candidate. A bench step is ``("bench", algo,
+#: known: 20 to 31 frames/s), then compile's autotuning candidate, then SAC and DQN with their replay in host
+#: memory, blocking against non-blocking copies of the samples. A bench step is ``("bench", algo,
 #: variants, optional, overrides)``. Each step starts only with its minimum time left (``PLAN_MIN_S``,
 #: ``BENCH_MIN_S``, the parts step's 150 s); a step left out is reported as not run, not as a failure.
 BUDGETED: tuple[tuple, ...] = (
     ("tests",),
     ("bench", "tdmpc2_8envs", ["fast"], True, ["bench.baseline=false"]),
     ("plan", "plan_autotune"),
+    ("bench", "sac_host_replay", ["non_blocking"], True, []),
+    ("bench", "dqn_host_replay", ["non_blocking"], True, []),
     ("plan", "plan_default"),
     ("overlap",),
     ("bench", "tdmpc2", ["fast"], True, ["bench.baseline=false"]),
@@ -552,13 +569,15 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=int, default=240, help="seconds per step")
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole suite")
-    parser.add_argument("--algos", default=",".join(BENCHES), help="benches to run, in order (comma list)")
+    parser.add_argument("--algos", default=None, help="benches to run (comma list; default: DEFAULT_ALGOS)")
     parser.add_argument("--variants", default=None, help="bench variants (comma list) instead of the default")
     parser.add_argument(
         "--override", action="append", default=[], help="a Hydra override for every bench (repeatable)"
     )
     args = parser.parse_args()
-    algos = [a for a in args.algos.split(",") if a]
+    algos = [a for a in args.algos.split(",") if a] if args.algos else list(DEFAULT_ALGOS)
+    if args.budgeted and not args.algos:
+        algos = list(BENCHES)
     unknown = sorted(set(algos) - set(BENCHES))
     if unknown:
         parser.exit(2, f"gpu_suite: unknown --algos {unknown}; choose from {sorted(BENCHES)}.\n")
