@@ -23,6 +23,7 @@ from rl_lightning.data.transfer import DeviceCopies
 
 
 def small_run(tmp_path: Path, monkeypatch, *overrides: str) -> Run:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(tmp_path)
     return build_run(compose([
         "logger=none", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1", *overrides,
