@@ -56,7 +56,7 @@ def collection(experiment: str, rounds: int, frames: int) -> dict:
             dm.setup("fit")
             workers = dm.collect.workers
             t0 = time.perf_counter()
-            collector = dm.make_collector()
+            collector = dm.start_collection().collector
             it = iter(collector)
             if workers:
                 collector.update_policy_weights_()

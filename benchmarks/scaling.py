@@ -94,7 +94,7 @@ def collection(rounds: int, frames: int) -> dict:
             dm = run.datamodule
             run.trainer.strategy.connect(run.module)
             dm.setup("fit")
-            collector = dm.make_collector()
+            collector = dm.start_collection().collector
             it = iter(collector)
             next(it)  # warm-up: workers started, first policy call done
             start, seen = time.perf_counter(), 0

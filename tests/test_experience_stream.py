@@ -51,7 +51,7 @@ def test_one_frame_one_update_alternate_and_the_run_ends_owing_nothing(tmp_path:
     # The collection that completes the warm-up grants the first update; then one update per frame, each
     # after its own frame and before the next one.
     assert frames_at_update == list(range(20, 61))
-    assert dm.updates == 41 and dm.owed_updates == 0
+    assert dm.updates == 41 and dm.budget.owed == 0
 
 
 DQN_SMALL = (
@@ -66,7 +66,7 @@ def test_the_rounds_of_a_collection_follow_it_and_precede_the_next(tmp_path: Pat
     # at most MAX_UPDATES_PER_BATCH (a round of 64, then one of 36), all before the next collection.
     assert 100 % MAX_UPDATES_PER_BATCH != 0
     assert frames_at_update == [f for f in (200, 400, 600, 800) for _ in range(100)]
-    assert run.datamodule.updates == 400 and run.datamodule.owed_updates == 0
+    assert run.datamodule.updates == 400 and run.datamodule.budget.owed == 0
 
 
 @pytest.mark.parametrize("overrides", [SAC_SMALL, DQN_SMALL], ids=["sac", "dqn"])
@@ -81,7 +81,7 @@ def test_a_resumed_run_does_the_updates_of_an_uninterrupted_one(
         tmp_path / "split", monkeypatch, *overrides, f"total_frames={frames}", f"ckpt_path={last}"
     )
     assert first + second == whole
-    assert run.datamodule.updates == len(whole) and run.datamodule.owed_updates == 0
+    assert run.datamodule.updates == len(whole) and run.datamodule.budget.owed == 0
 
 
 @pytest.mark.parametrize("stop_after", [1, 30])
@@ -126,7 +126,7 @@ def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: P
     frames = [f for f, _ in ends]
     assert {100, 119, 150, 200, 219, 300}.issubset(frames) and len(ends) < 14
     evals = next(cb for cb in run.trainer.callbacks if isinstance(cb, EvalCallback))
-    assert evals._done_frames == 300 and run.datamodule.owed_updates == 0
+    assert evals._done_frames == 300 and run.datamodule.budget.owed == 0
     # A callback due at every frame count gets one collection per batch, with the same updates to the bit.
     ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, True, *args)
     assert ends == [(20 + i, 1) for i in range(281)] + [(300, 0)]  # the last batch finds the budget spent

@@ -206,7 +206,7 @@ def test_envs_built_after_the_switch_start_in_the_current_stage() -> None:
     curriculum = HockeyCurriculum(STAGES)
     start(curriculum, s, live_env=False)
     s.dm.budget.frames = 0
-    collector = s.dm.make_collector()
+    collector = s.dm.start_collection().collector
     try:
         next(iter(collector))
         assert [(e.unwrapped.mode, e.unwrapped.opponent_name) for e in s.dm.training_env.envs] == [

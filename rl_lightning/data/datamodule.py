@@ -106,10 +106,6 @@ class RLDataModule(L.LightningDataModule):
         return self.budget.updates
 
     @property
-    def owed_updates(self) -> int:
-        return self.budget.owed
-
-    @property
     def episodes(self) -> int:
         return self.ingestion.episodes
 
@@ -208,10 +204,6 @@ class RLDataModule(L.LightningDataModule):
         )  # fmt: skip
         self.ingestion.traj_offset = self.collection.traj_offset
         return self.collection
-
-    def make_collector(self) -> Any:
-        """The collector of :meth:`start_collection`."""
-        return self.start_collection().collector
 
     def close_collector(self) -> None:
         """Shuts the collector (its worker processes, its Ray actors and runtime) down; idempotent."""

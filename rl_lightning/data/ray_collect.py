@@ -1,7 +1,7 @@
 """Collection on a Ray cluster (``collect.backend=ray``): TorchRL's ``RayCollector``, an optional extra.
 
 Ray is not a dependency of the project (``pip install 'rl_lightning[ray]'``); nothing here imports it
-before a run asks for it. The data module chooses this builder in ``make_collector`` and hands it what
+before a run asks for it. The data module chooses this builder in ``start_collection`` and hands it what
 it hands TorchRL's multi-process collectors: one env constructor per worker and the module as a
 :class:`~torch.nn.Module` policy that rebuilds itself in each worker. Each Ray actor runs a TorchRL
 ``Collector`` over its ``env.num_envs`` envs and acts on its CPU; the weights reach the actors before

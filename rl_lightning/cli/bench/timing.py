@@ -52,7 +52,7 @@ class _SteadyStateProbe(L.Callback):
         self.batches += 1
         dm = trainer.datamodule
         # owed_updates == 0: the round just done ended the updates owed, the next one collects first.
-        if self.opened is None and dm.frames >= self.steady_start and dm.owed_updates == 0:
+        if self.opened is None and dm.frames >= self.steady_start and dm.budget.owed == 0:
             _sync(pl_module.device)
             self.opened = (time.perf_counter(), dm.frames, dm.updates)
 
