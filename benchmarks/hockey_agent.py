@@ -11,6 +11,9 @@ Two steps, so that the long training can run in the background and be resumed:
         [--games 200] [--fresh-seeds 20000 30000] [--workdir DIR] [--out benchmarks/agents/NAME.ckpt]
         [--plot docs/images/hockey.png]     # a run in another work directory: DIR::NAME
 
+    # the win and loss curves of the committed result, drawn again (docs/images/hockey_win_rates.png)
+    python benchmarks/hockey_agent.py plot [--out PATH]
+
 ``train`` is ``python -m rl_lightning fit +experiment=sac_hockey_curriculum [algo=td3] total_frames=F
 name=NAME seed=S`` in ``--workdir`` (its own MLflow store). ``report`` reads each run back from that store:
 the evaluation curves against frames (20 games per opponent every 20k frames: ``eval/weak/*``,
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import mlflow
 import torch
-from _common import ROOT, write
+from _common import RESULTS, ROOT, write
 
 EXPERIMENT = "sac_hockey_curriculum"
 ALGOS = {"sac": [], "td3": ["algo=td3"]}
@@ -192,6 +195,14 @@ def report(args: argparse.Namespace) -> None:
     print(json.dumps(agent, indent=2))
 
 
+#: The legend of each run of the shipped agent's lineage (the runs' own names are internal).
+LABELS = {
+    "hk_sac_a": "SAC, curriculum from scratch",
+    "hk_td3_a": "TD3, curriculum from scratch",
+    "hk_sac_b": "SAC, resumed at 438k frames (shipped)",
+}
+
+
 def plot_runs(runs: list[dict], out: Path) -> None:
     """Win and loss rates against frames, one panel per rate and opponent, one line per run."""
     import numpy as np
@@ -200,7 +211,7 @@ def plot_runs(runs: list[dict], out: Path) -> None:
 
     groups = {}
     for run in runs:
-        label = f"{run['algo']} ({run['run']})" if run["algo"] else run["run"]
+        label = LABELS.get(run["run"]) or (f"{run['algo']} ({run['run']})" if run["algo"] else run["run"])
         groups[label] = {
             key: [(label, np.array([f for f, _ in pts]), np.array([v for _, v in pts]))]
             for key, pts in run["curves"].items()
@@ -236,7 +247,12 @@ def main() -> None:
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--lineage", default="", help="how the runs relate (a resume of another's checkpoint)")
     r.add_argument("--plot", type=Path, default=None, help="also draw the runs' win/loss curves here")
+    p = sub.add_parser("plot", help="draw the curves of benchmarks/results/hockey_agent.json again")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "hockey_win_rates.png")
     args = parser.parse_args()
+    if args.command == "plot":
+        plot_runs(json.loads((RESULTS / "hockey_agent.json").read_text())["runs"], args.out)
+        return
     args.workdir = args.workdir.resolve()
     train(args) if args.command == "train" else report(args)
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import mlflow_client, run_cli
+from omegaconf import OmegaConf
 
 from rl_lightning.cli import main
 
@@ -39,11 +42,19 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["fit", "+experiment=dqn_cartpole", "env.num_envs=two"], "env.num_envs='two': expected an integer"),
         (
             ["fit", "+experiment=dqn_cartpole", "env=cartpol"],
-            "unknown env 'cartpol'; choose one of: cartpole, hockey, hockey_discrete, pendulum",
+            "unknown env 'cartpol'; choose one of: cartpole, gym, hockey, hockey_discrete, pendulum",
         ),
         (["fit", "+experiment=dqn_cartpole", "algo=dqnn"], "unknown algo 'dqnn'; choose one of: "),
-        (["fit"], "fit needs an experiment: python -m rl_lightning fit +experiment=NAME"),
-        (["fit", "total_frames=100"], "fit needs an experiment"),
+        (
+            ["fit"],
+            "fit needs an experiment or an algorithm and an env: python -m rl_lightning fit +experiment",
+        ),
+        (["fit", "total_frames=100"], "or fit algo=NAME env.id=GYMNASIUM_ID"),
+        (
+            ["fit", "algo=sac", "env.id=CartPole-v1"],
+            "SAC here is for continuous actions, but the env's actions are discrete",
+        ),
+        (["fit", "algo=sac", "env.id=NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["evaluate", "ckpt=mlflow.db"], "mlflow.db is not a checkpoint written by rl_lightning fit"),
         (["evaluate", "ckpt=config.yaml"], "config.yaml is not a checkpoint written by rl_lightning fit"),
     ],
@@ -117,7 +128,6 @@ def test_a_new_run_never_takes_the_directory_of_another(
 ) -> None:
     # Two runs of one experiment started in the same second resolve ${now} to the same run_dir.
     import mlflow
-    from omegaconf import OmegaConf
 
     monkeypatch.chdir(tmp_path)
     dirs = []
@@ -190,3 +200,71 @@ def test_a_user_error_during_the_fit_leaves_no_run_behind(
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rl_lightning")
     assert experiment is None or client.search_runs([experiment.experiment_id]) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["algo=sac", "env.id=MountainCarContinuous-v0"], "sac_mountaincarcontinuous_v0"),
+        (["algo=iqn", "env.id=Acrobot-v1"], "iqn_acrobot_v1"),
+    ],
+)
+def test_any_gymnasium_env_trains_without_a_preset_and_names_the_run(
+    args: list[str], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``fit algo=NAME env.id=ID`` from an empty directory: the env's limits and spaces from the id, the
+    algorithm's settings from its config, the run named after both."""
+    monkeypatch.chdir(tmp_path)
+    quick = ["total_frames=2000", "device=cpu", "progress_bar=false", "logger=none", "eval.episodes=1"]
+    assert main(["fit", *args, *quick]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames"] == 2000 and summary["run_dir"].startswith(f"runs/{name}/")
+    assert OmegaConf.load(Path(summary["run_dir"]) / "config.yaml").name == name
+
+
+def test_names_follow_the_algorithm_and_the_env_unless_given() -> None:
+    from rl_lightning.cli import compose
+
+    assert compose(["algo=sac", "env.id=LunarLanderContinuous-v3"]).name == "sac_lunarlandercontinuous_v3"
+    assert compose(["algo=sac", "env=pendulum"]).name == "sac_pendulum_v1"
+    assert compose(["+experiment=sac_pendulum"]).name == "sac_pendulum"  # a preset keeps its name
+    assert compose(["+experiment=sac_pendulum", "env.id=BipedalWalker-v3"]).name == "sac_bipedalwalker_v3"
+    assert compose(["algo=dqn", "env.id=Acrobot-v1", "name=mine"]).name == "mine"
+    cfg = compose(["algo=dqn", "env.id=Acrobot-v1"])
+    assert cfg.env.max_episode_steps is None and cfg.run_dir.startswith("runs/dqn_acrobot_v1/")
+
+
+def test_without_a_terminal_progress_is_one_whole_line_every_few_seconds(tmp_path: Path) -> None:
+    args = [a for a in QUICK if a != "progress_bar=false"]
+    proc = run_cli(tmp_path, "fit", *args, "progress_bar=true", "progress_every_s=0.01", "logger=none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if re.match(r"(warm-up|frames) \d+/600 \(\d+%\) · ", ln)]
+    assert len(lines) >= 3 and lines[-1].startswith("frames 600/600 (100%) · ")
+    assert "frames/s" in lines[-1] and "eval " in lines[-1] and "updates " in lines[-1]
+    assert "━" not in proc.stdout and "\r" not in proc.stdout  # no bar drawn into the log
+
+
+def test_ui_prints_the_address_of_the_runs_curves(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", *QUICK, "total_frames=200", "eval.every_frames=0"]) == 0
+    capsys.readouterr()
+    assert main(["ui", "ui.dry_run=true", "ui.port=5123"]) == 0
+    out = capsys.readouterr().out
+    client = mlflow_client(tmp_path)
+    experiment = client.get_experiment_by_name("rl_lightning")
+    address = f"http://127.0.0.1:5123/#/experiments/{experiment.experiment_id}/runs?"
+    assert f"open {address}workflowType=machine_learning&compareRunsMode=CHART" in out
+    assert f"sqlite:///{tmp_path / 'mlflow.db'}" in out
+    # The experiment is tagged as model training (MLflow's own hint, which the address makes certain).
+    assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+
+
+def test_ui_without_runs_opens_the_experiments_and_refuses_other_loggers(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["ui", "ui.dry_run=true"]) == 0
+    assert "open http://127.0.0.1:5000/\n" in capsys.readouterr().out
+    assert main(["ui", "logger=csv"]) == 2
+    assert "tensorboard --logdir runs" in one_error_line(capsys)
+    assert main(["--help"]) == 0 and "\n  ui " in capsys.readouterr().out

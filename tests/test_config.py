@@ -85,7 +85,7 @@ def test_cfg_job_prints_the_config(capsys):
 def test_help_lists_commands_and_experiments(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert "fit" in out and "evaluate" in out and "dqn_cartpole" in out and "mlflow ui" in out
+    assert "fit" in out and "evaluate" in out and "dqn_cartpole" in out and "rl_lightning ui" in out
 
 
 @pytest.mark.parametrize(

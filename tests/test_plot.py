@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rl_lightning.cli import main
-from rl_lightning.cli.plot import _aligned, curves_from_json
+from rl_lightning.cli.plot import _aligned, curves_from_json, default_label, frames_label, grid
 
 pytest.importorskip("matplotlib")
 
@@ -62,3 +62,32 @@ def test_plot_reads_the_seeds_of_a_run_from_mlflow(
     assert [c[1].tolist() for c in curves["eval/return_mean"]] == [[200.0, 400.0]] * 2
     assert main(["plot", "plot.inputs=[mlflow:dqn_cartpole]", "plot.metric=eval/return_mean"]) == 0
     assert (tmp_path / "curves.png").is_file()
+
+
+def test_frames_read_as_thousands_and_millions_and_panels_fill_their_grid() -> None:
+    assert [frames_label(v) for v in (0, 500, 1000, 100_000, 1_500_000, 2e6)] == [
+        "0", "500", "1k", "100k", "1.5M", "2M"
+    ]  # fmt: skip
+    assert [grid(n) for n in range(1, 8)] == [(1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (2, 3), (3, 3)]
+    # Never a whole empty row: at most columns - 1 empty panels.
+    assert all(r * c - n < c for n in range(1, 30) for r, c in [grid(n)])
+
+
+def test_legends_read_the_labels_given_or_the_run_names(tmp_path: Path, monkeypatch, capsys) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.chdir(tmp_path)
+    src = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "dqn_cartpole.json"
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    assert main(["plot", f"plot.inputs=[{src},{src}]", "plot.labels=[DQN seed sweep,again]"]) == 0
+    (ax,) = [a for a in drawn[0].axes if a.get_visible()]
+    assert ax.get_legend().get_texts()[0].get_text().startswith("DQN seed sweep")
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert any(t.endswith("k") for t in ticks) and not any(len(t) > 5 for t in ticks), ticks
+    assert default_label("mlflow:sac_hockey") == "sac hockey" and default_label(str(src)) == "dqn cartpole"
+    assert main(["plot", f"plot.inputs=[{src}]", "plot.labels=[a,b]"]) == 2
+    assert "plot.labels has 2 labels for 1 inputs" in capsys.readouterr().err

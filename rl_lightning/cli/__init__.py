@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl_lightning.cli.config import CONF_DIR, CliError, compose, experiments
+from rl_lightning.cli.config import CONF_DIR, CliError, chosen_keys, compose, experiments
 from rl_lightning.cli.process import end_startup_pause, quiet_libraries, restore_process_settings
 
 __all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "rl_lightning.cli.fit",
         "fit",
         "train: python -m rl_lightning fit +experiment=dqn_cartpole [total_frames=...] [seed=...]\n"
+        "             any gymnasium env: python -m rl_lightning fit algo=sac env.id=Pendulum-v1\n"
         "             resume: add ckpt_path=last (the newest run of that name) or ckpt_path=PATH",
     ),
     "evaluate": (
@@ -56,6 +57,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "speed of each callback against none: python -m rl_lightning bench +experiment=dqn_cartpole\n"
         "             [bench.frames=N] [bench.variants=[compile,fast]] [bench.out=PATH]",
     ),
+    "ui": (
+        "rl_lightning.cli.ui",
+        "ui",
+        "MLflow's UI on this directory's runs; prints the address of their return curves\n"
+        "             [ui.port=5000] [logger.tracking_uri=...]",
+    ),
     "doctor": (
         "rl_lightning.cli.doctor",
         "doctor",
@@ -75,7 +82,7 @@ options:
 overrides use Hydra's syntax: key=value, group=option, +new_key=value.
 experiments (+experiment=NAME):
 {experiments}
-view runs:   mlflow ui --backend-store-uri sqlite:///mlflow.db   (from the directory you ran in)
+view runs:   python -m rl_lightning ui   (from the directory you ran in)
 """
 
 
@@ -120,13 +127,13 @@ def _help_text() -> str:
 
 
 def _require_run_choice(overrides: Sequence[str]) -> None:
-    """``fit`` without an experiment (or an explicit algo and env) would train an arbitrary default."""
-    chosen = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
-    if "experiment" in chosen or {"algo", "env"} <= chosen:
+    """``fit`` without an experiment (or an algorithm and an env) would train an arbitrary default."""
+    chosen = chosen_keys(overrides)
+    if "experiment" in chosen or ("algo" in chosen and {"env", "env.id"} & chosen):
         return
     raise CliError(
-        "fit needs an experiment: python -m rl_lightning fit +experiment=NAME, one of "
-        f"{', '.join(experiments())} (or choose algo=... env=... yourself)."
+        "fit needs an experiment or an algorithm and an env: python -m rl_lightning fit +experiment=NAME "
+        f"(one of {', '.join(experiments())}), or fit algo=NAME env.id=GYMNASIUM_ID."
     )
 
 

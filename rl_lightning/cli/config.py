@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-__all__ = ["CONF_DIR", "CliError", "compose", "experiments"]
+__all__ = ["CONF_DIR", "CliError", "chosen_keys", "compose", "experiments", "run_name"]
 
 
 def _conf_dir() -> Path:
@@ -33,8 +34,30 @@ def experiments() -> dict[str, str]:
     return out
 
 
+def chosen_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys and groups the overrides set (``+experiment=x``: ``experiment``; ``env.id=y``: ``env.id``)."""
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o}
+
+
+def run_name(algo: str, env_id: str) -> str:
+    """A run's name from its algorithm and env: ``sac`` and ``MountainCarContinuous-v0`` ->
+    ``sac_mountaincarcontinuous_v0``."""
+    return f"{algo}_{re.sub(r'[^a-z0-9]+', '_', env_id.lower()).strip('_')}"
+
+
 def compose(overrides: Sequence[str]) -> DictConfig:
-    """Composes ``conf/config.yaml`` with ``overrides``; Hydra's errors become :class:`CliError`."""
+    """Composes ``conf/config.yaml`` with ``overrides``; Hydra's errors become :class:`CliError`.
+
+    Any gymnasium id runs without an env group of its own: ``env.id=ID`` without ``env=...`` or an
+    experiment takes the generic ``env=gym``. A run is named after its algorithm and env
+    (:func:`run_name`) unless ``name=`` is given or an experiment names it; an experiment whose
+    ``env.id`` is overridden is named after the new env.
+    """
+    keys = chosen_keys(overrides)
+    experiment = "experiment" in keys
+    overrides = list(overrides)
+    if "env.id" in keys and "env" not in keys and not experiment:
+        overrides.insert(0, "env=gym")
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import (
@@ -54,7 +77,12 @@ def compose(overrides: Sequence[str]) -> DictConfig:
                 raise CliError(f"unknown experiment '{name}'; available: {', '.join(experiments())}.")
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=list(overrides))
+            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+        algo = str(cfg.hydra.runtime.choices.get("algo"))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        if "name" not in keys and ("env.id" in keys or (not experiment and "algo" in keys)):
+            cfg.name = run_name(algo, str(cfg.env.id))
         OmegaConf.resolve(cfg)
         return cfg
     except MissingConfigException as e:

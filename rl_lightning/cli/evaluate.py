@@ -12,6 +12,7 @@ from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.run import build_module, container, env_config, make_logger
 from rl_lightning.device import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
+from rl_lightning.training.loggers import is_mlflow
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 from rl_lightning.training.video import check_video_format, record_video
 
@@ -66,7 +67,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             }
         )
         logger.log_metrics({f"evaluate/{k}": v for k, v in stats.items() if math.isfinite(v)}, step=0)
-        if video is not None:
+        if video is not None and is_mlflow(logger):
             logger.experiment.log_artifact(logger.run_id, str(video), "videos")
-        logger.finalize("FINISHED")
+        logger.finalize("success")
     return stats

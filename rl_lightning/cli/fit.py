@@ -16,13 +16,14 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.cli.errors import USER_ERRORS
 from rl_lightning.cli.process import end_startup_pause
 from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
+from rl_lightning.training.loggers import end_run, is_mlflow, record_file
 
 __all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
 
 #: Root keys that are not part of a training run's configuration (other commands' settings, resuming).
 NOT_LOGGED = (
-    "bench", "doctor", "export", "plot", "ckpt", "ckpt_path", "episodes", "eval_seed", "video",
-    "progress_bar", "logger",
+    "bench", "doctor", "export", "plot", "ui", "ckpt", "ckpt_path", "episodes", "eval_seed", "video",
+    "progress_bar", "progress_every_s", "logger",
 )  # fmt: skip
 #: MLflow 3's UI opens an experiment as a GenAI one unless this tag says it holds model training runs.
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
@@ -49,7 +50,8 @@ def training_params(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _mlflow(run: Run) -> Any:
-    return run.logger.experiment if run.logger is not None else None
+    """The MLflow client of the run's logger (``None`` without one, or with another logger)."""
+    return run.logger.experiment if is_mlflow(run.logger) else None
 
 
 def _tag_experiment(client: Any, experiment_id: str) -> None:
@@ -74,11 +76,13 @@ def _record_config(run: Run) -> None:
     if run.logger is None:
         return
     client = _mlflow(run)
-    _tag_experiment(client, run.logger.experiment_id)
+    if client is not None:
+        _tag_experiment(client, run.logger.experiment_id)
     run.logger.log_hyperparams(training_params(run.cfg))
-    client.log_artifact(run.logger.run_id, str(cfg_file))
-    client.set_tag(run.logger.run_id, "run_dir", str(run.run_dir))
-    (run.run_dir / "mlflow_run_id").write_text(run.logger.run_id)
+    record_file(run.logger, cfg_file, run.run_dir)
+    if client is not None:
+        client.set_tag(run.logger.run_id, "run_dir", str(run.run_dir))
+        (run.run_dir / "mlflow_run_id").write_text(run.logger.run_id)
 
 
 def _shown(path: Path) -> str:
@@ -130,8 +134,8 @@ def _report(run: Run, seconds: float, frames_before: int, interrupted: bool) -> 
 
 def _discard(run: Run) -> None:
     """Removes what a run that failed before its first checkpoint wrote (its directory, its MLflow run)."""
-    shutil.rmtree(run.run_dir, ignore_errors=True)
-    if run.logger is not None:
+    shutil.rmtree(run.run_dir, ignore_errors=True)  # the file loggers' records too
+    if is_mlflow(run.logger):
         run.logger.experiment.delete_run(run.logger.run_id)
 
 
@@ -177,7 +181,7 @@ def fit(cfg: DictConfig) -> Run:
             if main_rank:
                 where = _shown(run.checkpoint.dirpath)
                 print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
-                if run.logger is not None:
+                if is_mlflow(run.logger):
                     _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
             raise KeyboardInterrupt from None
         raise
@@ -188,6 +192,7 @@ def fit(cfg: DictConfig) -> Run:
     if main_rank:
         summary = _report(run, time.perf_counter() - start, run.datamodule.resumed_frames, run.stop.requested)
         print(json.dumps(summary))
+        end_run(run.logger)
     if run.stop.requested:
         raise KeyboardInterrupt
     return run

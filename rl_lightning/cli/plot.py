@@ -102,6 +102,21 @@ def _aligned(curves: list[Curve]) -> tuple[np.ndarray, np.ndarray]:
     return frames, np.vstack(rows)
 
 
+def frames_label(value: float, _position: object = None) -> str:
+    """An axis tick of environment frames: ``0``, ``500``, ``100k``, ``1.5M``."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def grid(panels: int) -> tuple[int, int]:
+    """``(rows, columns)`` for ``panels`` panels: one row up to three, then about square, never a whole
+    empty row."""
+    cols = panels if panels <= 3 else math.ceil(math.sqrt(panels))
+    return math.ceil(panels / cols), cols
+
+
 def plot_curves(groups: dict[str, dict[str, list[Curve]]], out: str | Path, title: str = "") -> Path:
     """Draws ``{input label: {curve name: curves}}``: one panel per curve name, one line per input.
 
@@ -113,13 +128,13 @@ def plot_curves(groups: dict[str, dict[str, list[Curve]]], out: str | Path, titl
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError:
         raise CliError("plot needs matplotlib: pip install 'rl_lightning[plot]'.") from None
     names = sorted({name for curves in groups.values() for name in curves})
     if not names:
         raise CliError("nothing to plot: no curve matched plot.metric.")
-    cols = min(3, len(names))
-    rows = math.ceil(len(names) / cols)
+    rows, cols = grid(len(names))
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names):
         for label, curves in groups.items():
@@ -135,6 +150,8 @@ def plot_curves(groups: dict[str, dict[str, list[Curve]]], out: str | Path, titl
                 )
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("environment frames")
+        ax.xaxis.set_major_formatter(FuncFormatter(frames_label))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(names) :]:
@@ -149,22 +166,37 @@ def plot_curves(groups: dict[str, dict[str, list[Curve]]], out: str | Path, titl
     return out
 
 
+def default_label(item: str) -> str:
+    """An input's label in the legend: the run name of ``mlflow:NAME``, a result file's name, with ``_`` as
+    spaces (``sac_hockey`` -> ``sac hockey``)."""
+    name = item.split(":", 1)[1] if item.startswith("mlflow:") else Path(item).stem
+    return name.replace("_", " ")
+
+
 def plot(cfg: DictConfig) -> Path:
     """Reads ``plot.inputs``, keeps the curves matching ``plot.metric``, writes ``plot.out``."""
     node = cfg.plot
     if not node.inputs:
         raise CliError("plot needs plot.inputs=[benchmarks/results/NAME.json, mlflow:RUN_NAME, ...].")
+    labels = list(node.get("labels") or [])
+    if labels and len(labels) != len(node.inputs):
+        n = f"{len(labels)} labels for {len(node.inputs)} inputs"
+        raise CliError(f"plot.labels has {n}; give one per input, in order.")
     groups: dict[str, dict[str, list[Curve]]] = {}
-    for item in node.inputs:
+    for i, item in enumerate(node.inputs):
         item = str(item)
         if item.startswith("mlflow:"):
-            uri = str(cfg.logger.tracking_uri) if cfg.logger else "sqlite:///mlflow.db"
+            uri = (
+                str(cfg.logger.tracking_uri)
+                if cfg.logger and cfg.logger.type == "mlflow"
+                else "sqlite:///mlflow.db"
+            )
             curves = curves_from_mlflow(uri, item.split(":", 1)[1])
         else:
             if not Path(item).is_file():
                 raise CliError(f"plot input not found: {item}")
             curves = curves_from_json(item)
-        label = item.split(":", 1)[1] if item.startswith("mlflow:") else Path(item).stem
+        label = str(labels[i]) if labels else default_label(item)
         groups[label] = {k: v for k, v in curves.items() if str(node.metric) in k}
     out = plot_curves(groups, node.out, node.title or "")
     print(f"wrote {out}")

@@ -13,6 +13,7 @@ import lightning as L
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.algos.base import RLModule
@@ -27,7 +28,7 @@ from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint
 from rl_lightning.training.evaluation import EvalCallback, VideoSettings
 from rl_lightning.training.feedback import UpdateFeedback
 from rl_lightning.training.interrupt import StopOnInterrupt
-from rl_lightning.training.mlflow_logger import BufferedMLFlowLogger
+from rl_lightning.training.loggers import build_logger
 from rl_lightning.training.progress import FramesProgressBar
 from rl_lightning.training.safe_load import check_replay_dir, load_checkpoint
 from rl_lightning.training.video import check_video_format
@@ -35,7 +36,10 @@ from rl_lightning.training.video import check_video_format
 #: Environment variable through which rank 0 of a DDP run tells the ranks it launches its run directory.
 RUN_DIR_ENV = "RL_LIGHTNING_RUN_DIR"
 
-__all__ = ["RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger"]
+__all__ = [
+    "RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger",
+    "tracking_uri",
+]  # fmt: skip
 
 
 def container(node: Any) -> Any:
@@ -72,7 +76,7 @@ class Run:
     module: RLModule
     datamodule: RLDataModule
     trainer: L.Trainer
-    logger: BufferedMLFlowLogger | None
+    logger: Logger | None
     ckpt_path: str | None
     checkpoint: FrameCheckpoint
     stop: StopOnInterrupt
@@ -152,23 +156,22 @@ def _resolve_resume(cfg: DictConfig) -> tuple[Path, str | None]:
     return run_dir, str(ckpt)
 
 
-def make_logger(cfg: DictConfig, run_dir: Path) -> BufferedMLFlowLogger | None:
-    """The MLflow logger of ``cfg.logger`` (``None``: ``logger=none``); continues the run of ``run_dir``."""
+def tracking_uri(uri: str) -> str:
+    """``logger.tracking_uri`` with a relative ``sqlite:///`` path made absolute (from the working
+    directory), so the run and ``mlflow ui`` started elsewhere find the same store."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+    return uri
+
+
+def make_logger(cfg: DictConfig, run_dir: Path) -> Logger | None:
+    """The logger of ``cfg.logger`` (``None``: ``logger=none``; see :mod:`rl_lightning.training.loggers`);
+    an MLflow run or a W&B run named in ``run_dir`` is continued."""
     if not cfg.logger:
         return None
     lcfg = container(cfg.logger)
-    uri = lcfg.pop("tracking_uri")
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
-    artifacts = lcfg.pop("artifact_location", None)
-    run_id_file = run_dir / "mlflow_run_id"
-    run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
-    return BufferedMLFlowLogger(
-        tracking_uri=uri,
-        artifact_location=str(Path(artifacts).resolve()) if artifacts else None,
-        run_id=run_id,
-        **lcfg,
-    )
+    uri = tracking_uri(lcfg["tracking_uri"]) if "tracking_uri" in lcfg else None
+    return build_logger(lcfg, run_dir, uri)
 
 
 def _callbacks(
@@ -194,7 +197,7 @@ def _callbacks(
         ConfigInCheckpoint(container(cfg)),
     ]
     if cfg.progress_bar:
-        callbacks.append(FramesProgressBar())
+        callbacks.append(FramesProgressBar(plain_every_s=float(cfg.progress_every_s)))
     for name, node in (cfg.callbacks or {}).items():
         if node is None:
             continue

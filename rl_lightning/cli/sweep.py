@@ -34,7 +34,7 @@ def _job(cfg: DictConfig) -> float | None:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     with open_dict(cfg):
         cfg.run_dir = f"{cfg.run_dir}_{num}"
-        if cfg.logger:
+        if cfg.logger and cfg.logger.type == "mlflow":
             cfg.logger.tags = {**(cfg.logger.get("tags") or {}), "sweep": sweep, "sweep_job": str(num)}
     run = fit(cfg)
     score = run.checkpoint.best_score

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from typing import Any
@@ -26,17 +25,26 @@ class FramesProgressBar(ProgressBar):
     this one reads the data module's frame counter (a host integer: no device sync). Evaluation results
     and other messages go through :meth:`print`, which writes them on their own lines above the bar.
 
+    Without a terminal (a script, CI, output to a file) a bar would be redrawn into the log and cut at the
+    width of no screen: there the same figures are one plain line every ``plain_every_s`` seconds, and at
+    the end.
+
     Args:
         refresh_every_s: minimum seconds between redraws (redrawing costs more than a CartPole step).
         rate_window_s: the window of the frames/s figure and of the time remaining.
+        plain_every_s: seconds between the plain lines written without a terminal.
     """
 
-    def __init__(self, refresh_every_s: float = 0.25, rate_window_s: float = 30.0) -> None:
+    def __init__(
+        self, refresh_every_s: float = 0.25, rate_window_s: float = 30.0, plain_every_s: float = 10.0
+    ) -> None:
         super().__init__()
-        if refresh_every_s <= 0 or rate_window_s <= 0:
-            raise ValueError("refresh_every_s and rate_window_s must be > 0.")
+        if refresh_every_s <= 0 or rate_window_s <= 0 or plain_every_s <= 0:
+            raise ValueError("refresh_every_s, rate_window_s and progress_every_s must be > 0.")
         self.refresh_every_s = refresh_every_s
         self.rate_window_s = rate_window_s
+        self.plain_every_s = plain_every_s
+        self._plain = False
         self._enabled = True
         self._progress: Progress | None = None
         self._task: Any = None
@@ -73,11 +81,13 @@ class FramesProgressBar(ProgressBar):
 
     def _draw(self, trainer: L.Trainer, force: bool = False) -> None:
         now = time.perf_counter()
-        if self._progress is None or (not force and now - self._last_draw < self.refresh_every_s):
+        every = self.plain_every_s if self._plain else self.refresh_every_s
+        if not (self._plain or self._progress is not None) or (not force and now - self._last_draw < every):
             return
         self._last_draw = now
         dm = trainer.datamodule
-        frames = min(dm.frames, dm.collect.total_frames)
+        total = dm.collect.total_frames
+        frames = min(dm.frames, total)
         rate = self._rate(now, frames)
         post = []
         if dm.recent_returns:
@@ -86,13 +96,15 @@ class FramesProgressBar(ProgressBar):
         if ev is not None:
             post.append(f"eval {float(ev):.1f}")
         post.append(f"updates {dm.updates}")
-        warmup = dm.frames < dm.collect.warmup_frames
+        description = "warm-up" if dm.frames < dm.collect.warmup_frames else "frames"
+        rate_text = f"{rate:,.0f} frames/s" if rate is not None else "- frames/s"
+        if self._plain:
+            left = f"{(total - frames) / rate:,.0f} s left" if rate else "- s left"
+            line = f"{description} {frames}/{total} ({frames / total:.0%}) · {rate_text} · {left}"
+            print(" · ".join([line, *post]), flush=True)
+            return
         self._progress.update(
-            self._task,
-            completed=frames,
-            description="warm-up" if warmup else "frames",
-            rate=f"{rate:,.0f} frames/s" if rate is not None else "- frames/s",
-            post=" · ".join(post),
+            self._task, completed=frames, description=description, rate=rate_text, post=" · ".join(post)
         )
 
     def _stop(self) -> None:
@@ -106,6 +118,12 @@ class FramesProgressBar(ProgressBar):
         if not self.is_enabled:
             return
         dm = trainer.datamodule
+        self._samples.clear()
+        console = Console()
+        self._plain = not console.is_terminal
+        if self._plain:
+            self._last_draw = time.perf_counter()
+            return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -113,18 +131,13 @@ class FramesProgressBar(ProgressBar):
             TimeRemainingColumn(),
             TextColumn("{task.fields[rate]}"),
             TextColumn("{task.fields[post]}"),
-            console=Console(),
+            console=console,
             speed_estimate_period=self.rate_window_s,
         )
         self._progress.start()
         self._task = self._progress.add_task(
             "frames", total=dm.collect.total_frames, completed=dm.frames, rate="- frames/s", post=""
         )
-        self._samples.clear()
-
-    def due_frames(self, trainer: L.Trainer) -> float:
-        """Never due: the bar redraws at the batch ends that come, at most every ``refresh_every_s``."""
-        return math.inf
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
@@ -132,7 +145,8 @@ class FramesProgressBar(ProgressBar):
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._draw(trainer, force=True)
+        if self.is_enabled:
+            self._draw(trainer, force=True)
         self._stop()
 
     @override

@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.run import make_logger
+from rl_lightning.training.loggers import record_file
 
 __all__ = ["FIGURES", "add_ratios", "best_of_rounds", "log_mlflow", "print_table"]
 
@@ -108,5 +109,5 @@ def log_mlflow(cfg: DictConfig, results: dict[str, Any], run_dir: Path, json_pat
             if ratio is not None:
                 metrics[f"bench/{row['variant']}/{key}_ratio"] = float(ratio)
     logger.log_metrics(metrics, step=0)
-    logger.experiment.log_artifact(logger.run_id, str(json_path))
-    logger.finalize("FINISHED")
+    record_file(logger, json_path, run_dir)
+    logger.finalize("success")
