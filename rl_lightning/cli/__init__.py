@@ -51,6 +51,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "plot",
         "learning curves over seeds: python -m rl_lightning plot plot.inputs=[benchmarks/results/X.json]",
     ),
+    "report": (
+        "rl_lightning.cli.report",
+        "report",
+        "learning figures over seeds with 95% intervals (IQM, mean, median; bootstrap):\n"
+        "             python -m rl_lightning report report.inputs=[benchmarks/results/X.json,mlflow:RUN]",
+    ),
     "bench": (
         "rl_lightning.cli.bench",
         "bench",

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from rl_lightning.cli.config import CliError
 
-__all__ = ["Curve", "curves_from_json", "curves_from_mlflow", "plot", "plot_curves"]
+__all__ = ["Curve", "curves_from_json", "curves_from_mlflow", "load_groups", "plot", "plot_curves"]
 
 #: ``(label, frames, values)`` of one seed's curve.
 Curve = tuple[str, np.ndarray, np.ndarray]
@@ -173,31 +173,35 @@ def default_label(item: str) -> str:
     return name.replace("_", " ")
 
 
-def plot(cfg: DictConfig) -> Path:
-    """Reads ``plot.inputs``, keeps the curves matching ``plot.metric``, writes ``plot.out``."""
-    node = cfg.plot
+def load_groups(cfg: DictConfig, node: DictConfig, command: str) -> dict[str, dict[str, list[Curve]]]:
+    """``{label: {curve name: per-seed curves}}`` of ``node.inputs`` (benchmark results, ``mlflow:NAME``),
+    the curves whose name contains ``node.metric``, labelled by ``node.labels`` or their names."""
     if not node.inputs:
-        raise CliError("plot needs plot.inputs=[benchmarks/results/NAME.json, mlflow:RUN_NAME, ...].")
+        raise CliError(
+            f"{command} needs {command}.inputs=[benchmarks/results/NAME.json, mlflow:RUN_NAME, ...]."
+        )
     labels = list(node.get("labels") or [])
     if labels and len(labels) != len(node.inputs):
         n = f"{len(labels)} labels for {len(node.inputs)} inputs"
-        raise CliError(f"plot.labels has {n}; give one per input, in order.")
+        raise CliError(f"{command}.labels has {n}; give one per input, in order.")
+    mlflow = cfg.logger and cfg.logger.type == "mlflow"
+    uri = str(cfg.logger.tracking_uri) if mlflow else "sqlite:///mlflow.db"
     groups: dict[str, dict[str, list[Curve]]] = {}
     for i, item in enumerate(node.inputs):
         item = str(item)
         if item.startswith("mlflow:"):
-            uri = (
-                str(cfg.logger.tracking_uri)
-                if cfg.logger and cfg.logger.type == "mlflow"
-                else "sqlite:///mlflow.db"
-            )
             curves = curves_from_mlflow(uri, item.split(":", 1)[1])
         else:
             if not Path(item).is_file():
-                raise CliError(f"plot input not found: {item}")
+                raise CliError(f"{command} input not found: {item}")
             curves = curves_from_json(item)
         label = str(labels[i]) if labels else default_label(item)
         groups[label] = {k: v for k, v in curves.items() if str(node.metric) in k}
-    out = plot_curves(groups, node.out, node.title or "")
+    return groups
+
+
+def plot(cfg: DictConfig) -> Path:
+    """Reads ``plot.inputs``, keeps the curves matching ``plot.metric``, writes ``plot.out``."""
+    out = plot_curves(load_groups(cfg, cfg.plot, "plot"), cfg.plot.out, cfg.plot.title or "")
     print(f"wrote {out}")
     return out
