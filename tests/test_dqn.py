@@ -238,3 +238,34 @@ def test_checkpoints_of_the_torchrl_loss_layout_load():
     fresh.load_state_dict(ckpt["state_dict"])
     for k, v in state.items():
         assert torch.equal(fresh.state_dict()[k], v), k
+
+
+def test_the_deterministic_policy_acts_with_a_polyak_average_of_the_online_network():
+    tau = 0.25
+    m = make(eval_polyak=tau)
+    averaged = [p.detach().clone() for p in m.eval_q_net.parameters()]
+    for seed in range(3):
+        m.update(batch(seed))
+        averaged = [a + tau * (w - a) for a, w in zip(averaged, online(m))]
+    assert all(torch.allclose(a, p, atol=1e-6) for a, p in zip(averaged, m.eval_q_net.parameters()))
+    assert all(p.grad is None for p in m.eval_q_net.parameters())
+    obs = torch.randn(64, OBS)
+    greedy_average = m.eval_q_net(obs).argmax(-1)
+    assert not torch.equal(greedy_average, m.q_net(obs).argmax(-1))  # a policy of its own
+
+    def act_eval(module: DQN) -> torch.Tensor:
+        return module.act_eval(TensorDict(observation=obs, batch_size=[64]))["action"]
+
+    assert torch.equal(act_eval(m), greedy_average)
+    assert torch.equal(m.export_policy()(obs), greedy_average)
+    # The average is part of the state: a checkpoint restores the policy that was evaluated.
+    restored = make(eval_polyak=tau)
+    restored.load_state_dict(m.state_dict())
+    assert torch.equal(
+        restored.act_eval(TensorDict(observation=obs, batch_size=[64]))["action"], greedy_average
+    )
+    # Off by default: evaluation acts with the online network and nothing is averaged.
+    plain = make()
+    assert plain.eval_q_net is None and "eval_q_net.0.weight" not in plain.state_dict()
+    with pytest.raises(ValueError, match="eval_polyak"):
+        make(eval_polyak=0.0)

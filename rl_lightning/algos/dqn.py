@@ -121,6 +121,10 @@ class DQN(RLModule):
         eps_end: final exploration rate.
         eps_decay_frames: frames over which epsilon decays linearly.
         grad_clip: max gradient norm (``None``: no clipping).
+        eval_polyak: the deterministic policy (evaluation, export) acts with a Polyak average of the online
+            network, moved toward it by this rate after every update (``None``: the online network itself).
+            The greedy policy of a Q-network flips between good and bad as the network moves; the average
+            moves slowly, so the last policy of a run is not the luck of its last update.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -151,6 +155,7 @@ class DQN(RLModule):
         eps_end: float = 0.05,
         eps_decay_frames: int = 10_000,
         grad_clip: float | None = 10.0,
+        eval_polyak: float | None = None,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         if not isinstance(action_spec, Categorical):
@@ -168,6 +173,8 @@ class DQN(RLModule):
             raise ValueError(f"need 0 <= algo.eps_end ({eps_end}) <= algo.eps_start ({eps_start}) <= 1.")
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
+        if eval_polyak is not None and not 0.0 < eval_polyak <= 1.0:
+            raise ValueError(f"algo.eval_polyak={eval_polyak} must lie in (0, 1] (or null: no average).")
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.n_actions = int(action_spec.space.n)
@@ -177,6 +184,8 @@ class DQN(RLModule):
         else:
             self.q_net = mlp_head(obs_dim, self.n_actions, hidden_sizes)  # TorchRL MLP's layers and names
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        #: The Polyak average the deterministic policy acts with (``eval_polyak``), else the online network.
+        self.eval_q_net = copy.deepcopy(self.q_net).requires_grad_(False) if eval_polyak else None
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.epsilon_schedule = LinearSchedule(eps_start, eps_end, eps_decay_frames)
 
@@ -206,13 +215,14 @@ class DQN(RLModule):
         return td
 
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
-        """Greedy actions."""
-        td.set("action", self.q_values(td.get("observation")).argmax(-1))
+        """Greedy actions (of the averaged network with ``eval_polyak``)."""
+        net = self.eval_q_net if self.eval_q_net is not None else self.q_net
+        td.set("action", net(td.get("observation").float()).argmax(-1))
         return td
 
     def export_policy(self) -> nn.Module:
-        """The greedy policy over the online Q-network (what ``act_eval`` does)."""
-        return GreedyPolicy(self.q_net)
+        """The greedy policy over the Q-network ``act_eval`` uses."""
+        return GreedyPolicy(self.eval_q_net if self.eval_q_net is not None else self.q_net)
 
     def td_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The TD loss of ``batch`` (``[B]`` transitions) and the TD errors ``|Q(s, a) - y|``, ``[B]``."""
@@ -260,6 +270,9 @@ class DQN(RLModule):
         opt.step()
         self.num_updates.add_(1)
         self._update_target()
+        if self.eval_q_net is not None:
+            online, _, averaged = self._param_lists()
+            polyak_update(averaged, online, self.hparams.eval_polyak)
         metrics = TensorDict(
             {"loss": loss.detach(), "grad_norm": grad_norm.detach(), "epsilon": self.epsilon()}, batch_size=[]
         )
@@ -270,12 +283,13 @@ class DQN(RLModule):
             tau = self.hparams.tau
         else:
             tau = (self.num_updates % self.hparams.hard_update_every == 0).float()
-        online, target = self._param_lists()
+        online, target, _ = self._param_lists()
         polyak_update(target, online, tau)
 
-    def _collect_params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The Q-network's parameters and the target network's."""
-        return list(self.q_net.parameters()), list(self.target_q_net.parameters())
+    def _collect_params(self) -> tuple[list[torch.Tensor], ...]:
+        """The Q-network's parameters, the target network's and the averaged network's (or none)."""
+        averaged = list(self.eval_q_net.parameters()) if self.eval_q_net is not None else []
+        return list(self.q_net.parameters()), list(self.target_q_net.parameters()), averaged
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.make_optimizer(self.q_net.parameters(), self.hparams.lr)
