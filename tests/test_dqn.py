@@ -269,3 +269,14 @@ def test_the_deterministic_policy_acts_with_a_polyak_average_of_the_online_netwo
     assert plain.eval_q_net is None and "eval_q_net.0.weight" not in plain.state_dict()
     with pytest.raises(ValueError, match="eval_polyak"):
         make(eval_polyak=0.0)
+
+
+def test_a_checkpoint_without_the_average_starts_it_at_the_online_network():
+    plain = make()
+    plain.update(batch(0))
+    checkpoint = {"state_dict": dict(plain.state_dict())}
+    averaged = make(eval_polyak=0.01)
+    averaged.on_load_checkpoint(checkpoint)
+    averaged.load_state_dict(checkpoint["state_dict"])
+    for a, w in zip(averaged.eval_q_net.parameters(), plain.q_net.parameters()):
+        assert torch.equal(a, w)

@@ -189,6 +189,15 @@ class DQN(RLModule):
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
         self.epsilon_schedule = LinearSchedule(eps_start, eps_end, eps_decay_frames)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint written without the averaged network (before ``eval_polyak``, or with it off) starts
+        the average at its online network."""
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("state_dict", {})
+        if self.eval_q_net is not None and not any(k.startswith("eval_q_net.") for k in state):
+            for key in self.eval_q_net.state_dict():
+                state[f"eval_q_net.{key}"] = state[f"q_net.{key}"].clone()
+
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
         """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
