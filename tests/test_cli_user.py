@@ -42,7 +42,8 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["fit", "+experiment=dqn_cartpole", "env.num_envs=two"], "env.num_envs='two': expected an integer"),
         (
             ["fit", "+experiment=dqn_cartpole", "env=cartpol"],
-            "unknown env 'cartpol'; choose one of: cartpole, gym, hockey, hockey_discrete, pendulum",
+            "unknown env 'cartpol'; choose one of: "
+            "atari, cartpole, gym, hockey, hockey_discrete, minatar, pendulum",
         ),
         (["fit", "+experiment=dqn_cartpole", "algo=dqnn"], "unknown algo 'dqnn'; choose one of: "),
         (

@@ -170,7 +170,7 @@ def start_collection(
     """
     workers = cfg.workers
     if not workers:
-        env = make_env(env_cfg, seed=seed)
+        env = make_env(env_cfg, seed=seed, train=True)
         for method, kwargs in env_calls.items():  # before the collector's first reset
             env.call_gym_envs(method, **kwargs)
         collector = Collector(
@@ -187,7 +187,10 @@ def start_collection(
             collector.load_state_dict({"frames": 0, "iter": 0, "traj_pool": pool}, strict=False)
         return Collection(collector, env=env)
     # Each worker's envs get their own seeds: worker w steps envs seed + w * num_envs + i.
-    makers = [functools.partial(make_env, env_cfg, None, seed + w * env_cfg.num_envs) for w in range(workers)]
+    makers = [
+        functools.partial(make_env, env_cfg, None, seed + w * env_cfg.num_envs, train=True)
+        for w in range(workers)
+    ]
     per_worker = max(1, cfg.frames_per_batch // workers)
     # Every worker counts its own random warm-up frames: give each its share.
     per_worker_random = math.ceil((random_frames or 0) / workers)

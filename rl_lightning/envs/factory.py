@@ -10,6 +10,12 @@ from typing import Any
 import gymnasium as gym
 
 from rl_lightning.envs.hockey import register_envs
+from rl_lightning.envs.images import (
+    PREPROCESSING,
+    check_image_env_available,
+    preprocess,
+    register_image_envs,
+)
 from rl_lightning.envs.vector import GymVecEnv
 
 __all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env", "make_gym_env"]
@@ -31,6 +37,12 @@ class EnvConfig:
         kwargs: keyword arguments for ``gymnasium.make``.
         info_keys: numeric ``info`` entries copied into the collected data (for example ``winner``).
         eval_num_envs: envs used side by side for evaluation.
+        preprocess: ``atari`` or ``minatar``: the protocol's wrappers (:mod:`rl_lightning.envs.images`);
+            ``None``: the env as gymnasium makes it.
+        frame_stack: the last this many observations stacked along the first axis (gymnasium's
+            ``FrameStackObservation``, the first observation repeated at an episode's start); 1: none.
+        reward_clip: training envs see rewards clipped to their sign (evaluation and the logged episode
+            returns keep the env's own).
     """
 
     id: str
@@ -40,6 +52,15 @@ class EnvConfig:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     info_keys: Sequence[str] = ()
     eval_num_envs: int = 1
+    preprocess: str | None = None
+    frame_stack: int = 1
+    reward_clip: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preprocess is not None and self.preprocess not in PREPROCESSING:
+            raise ValueError(f"env.preprocess={self.preprocess!r}: use one of {list(PREPROCESSING)} or null.")
+        if self.frame_stack < 1:
+            raise ValueError(f"env.frame_stack={self.frame_stack} must be >= 1 (1: no stacking).")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> EnvConfig:
@@ -54,8 +75,10 @@ class EnvConfig:
 def check_env_id(env_id: str) -> None:
     """Raises :class:`UnknownEnvError` with close matches when ``env_id`` is not registered."""
     register_envs()  # our own ids (idempotent)
+    register_image_envs(env_id)
     if env_id in gym.registry:
         return
+    check_image_env_available(env_id)
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise UnknownEnvError(f"Unknown gymnasium id '{env_id}'.{hint} Set env.id to a registered id.")
@@ -68,8 +91,15 @@ def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
 
     def build() -> gym.Env:
         register_envs()  # worker processes register our ids too
+        register_image_envs(cfg.id)
         # The passive checker costs a little on every step and is meant for env authors.
-        return gym.make(cfg.id, disable_env_checker=True, **kwargs)
+        env = preprocess(cfg.preprocess, cfg.id, kwargs)
+        if cfg.frame_stack > 1:
+            env = gym.wrappers.FrameStackObservation(env, cfg.frame_stack)
+            stacked = env.observation_space.shape
+            if len(stacked) == 4:  # [k, C, H, W] frames -> [k * C, H, W] channels, as a CNN reads them
+                env = gym.wrappers.ReshapeObservation(env, (stacked[0] * stacked[1], *stacked[2:]))
+        return env
 
     return build
 
@@ -80,17 +110,25 @@ def make_gym_env(cfg: EnvConfig) -> gym.Env:
     return _env_fn(cfg)()
 
 
-def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None) -> GymVecEnv:
+def make_env(
+    cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None, train: bool = False
+) -> GymVecEnv:
     """Builds the batched TorchRL env described by ``cfg``.
 
     Args:
         cfg: the env config.
         num_envs: overrides ``cfg.num_envs`` (evaluation uses ``cfg.eval_num_envs``).
         seed: seeds every env (env ``i`` gets ``seed + i``) and its action space.
+        train: the training envs of a run: rewards clipped with ``cfg.reward_clip`` (never for evaluation).
     """
     check_env_id(cfg.id)
     n = cfg.num_envs if num_envs is None else num_envs
-    env = GymVecEnv([_env_fn(cfg)] * n, vectorization=cfg.vectorization, info_keys=cfg.info_keys)
+    env = GymVecEnv(
+        [_env_fn(cfg)] * n,
+        vectorization=cfg.vectorization,
+        info_keys=cfg.info_keys,
+        reward_clip=train and cfg.reward_clip,
+    )
     if seed is not None:
         env.set_seed(seed)
     return env

@@ -12,7 +12,12 @@ per-step work in numpy:
 * ``async`` mode drives a gymnasium ``AsyncVectorEnv`` (autoreset ``SAME_STEP``) for expensive envs on
   machines with many cores;
 * the episode return and length are tracked in numpy and written as ``episode_reward`` and
-  ``step_count`` (the keys of TorchRL's ``RewardSum``/``StepCounter``), observations are cast to float32.
+  ``step_count`` (the keys of TorchRL's ``RewardSum``/``StepCounter``);
+* observations of a floating-point space are cast to float32; those of an integer or boolean space
+  (image frames, MinAtar's grids) are kept as uint8 with their bounds in a ``Bounded`` spec, so frames
+  are stored, copied and moved at a quarter of the size and scaled where the network runs;
+* with ``reward_clip`` the reward is clipped to its sign (the Atari protocol's training reward) while
+  ``episode_reward`` sums the env's own rewards: the logged returns are the game's score.
 """
 
 from __future__ import annotations
@@ -53,7 +58,26 @@ def action_spec_from_space(space: gym.Space, num_envs: int) -> Bounded | Categor
     )
 
 
-#: The entries of a root (pre-step) tensordict that the env itself writes.
+def _is_integer(space: gym.spaces.Box) -> bool:
+    return np.issubdtype(space.dtype, np.integer) or space.dtype == np.bool_
+
+
+def _observation_spec(space: gym.spaces.Box, num_envs: int) -> Bounded | Unbounded:
+    """float32 ``Unbounded`` for a floating-point space; uint8 ``Bounded`` by the space's bounds for an
+    integer or boolean one (images: 0 to 255; MinAtar: 0 to 1)."""
+    shape = (num_envs, *space.shape)
+    if not _is_integer(space):
+        return Unbounded(shape, dtype=torch.float32)
+    if space.low.min() < 0 or space.high.max() > 255:
+        raise ValueError(
+            f"Unsupported observation space {space}: integer observations must lie in [0, 255] (stored as "
+            "uint8); add a gymnasium wrapper that casts them to float32."
+        )
+    low = torch.as_tensor(space.low.astype(np.uint8)).expand(shape).clone()
+    high = torch.as_tensor(space.high.astype(np.uint8)).expand(shape).clone()
+    return Bounded(low, high, shape=shape, dtype=torch.uint8)
+
+
 def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:
     """A TensorDict of ``entries``, which the env built itself on the CPU with its specs' shapes and dtypes.
 
@@ -67,6 +91,7 @@ def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDi
 
 
 _CPU = torch.device("cpu")
+#: The entries of a root (pre-step) tensordict that the env itself writes.
 _ROOT_KEYS = ("observation", "episode_reward", "step_count", "done", "terminated", "truncated")
 
 
@@ -76,12 +101,14 @@ class GymVecEnv(EnvBase):
     Args:
         env_fns: one constructor per environment.
         vectorization: ``"sync"`` (one process, plain loop) or ``"async"`` (a worker process per env).
-        max_episode_steps: the episode length limit; ``None`` keeps each env's own.
+        info_keys: numeric ``info`` entries copied into ``next``.
+        reward_clip: ``("next", "reward")`` is the sign of the env's reward.
 
-    Keys (batch ``[num_envs]``): ``observation [N, *obs]`` float32, ``action``, ``("next", "reward")
-    [N, 1]``, ``done``/``terminated``/``truncated [N, 1]`` bool, ``episode_reward [N, 1]`` (running return,
-    complete in ``next`` on the last step of an episode), ``step_count [N, 1]`` int64; with the
-    ``info_keys`` of the env (numbers only, for example hockey's ``winner``) copied into ``next``.
+    Keys (batch ``[num_envs]``): ``observation [N, *obs]`` float32 (uint8 for integer spaces),
+    ``action``, ``("next", "reward") [N, 1]``, ``done``/``terminated``/``truncated [N, 1]`` bool,
+    ``episode_reward [N, 1]`` (running return, complete in ``next`` on the last step of an episode),
+    ``step_count [N, 1]`` int64; with the ``info_keys`` of the env (numbers only, for example hockey's
+    ``winner``) copied into ``next``.
     """
 
     def __init__(
@@ -89,6 +116,7 @@ class GymVecEnv(EnvBase):
         env_fns: Sequence[Callable[[], gym.Env]],
         vectorization: str = "sync",
         info_keys: Sequence[str] = (),
+        reward_clip: bool = False,
     ) -> None:
         if vectorization not in ("sync", "async"):
             raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}.")
@@ -98,6 +126,7 @@ class GymVecEnv(EnvBase):
         super().__init__(batch_size=torch.Size([n]), device="cpu")
         self.vectorization = vectorization
         self.info_keys = tuple(info_keys)
+        self.reward_clip = reward_clip
         if vectorization == "sync":
             self.envs = [fn() for fn in env_fns]
             self._vec = None
@@ -115,7 +144,7 @@ class GymVecEnv(EnvBase):
             )
         obs_shape = tuple(single_obs.shape)
         self.observation_spec = Composite(
-            observation=Unbounded((n, *obs_shape), dtype=torch.float32),
+            observation=_observation_spec(single_obs, n),
             episode_reward=Unbounded((n, 1), dtype=torch.float32),
             step_count=Unbounded((n, 1), dtype=torch.int64),
             shape=(n,),
@@ -123,9 +152,11 @@ class GymVecEnv(EnvBase):
         self.action_spec = action_spec_from_space(single_act, n)
         self.reward_spec = Unbounded((n, 1), dtype=torch.float32)
         self._discrete = isinstance(single_act, gym.spaces.Discrete)
-        self._obs = np.zeros((n, *obs_shape), np.float32)  # root observation of the next step
-        self._next_obs = np.zeros((n, *obs_shape), np.float32)
+        obs_dtype = np.uint8 if _is_integer(single_obs) else np.float32
+        self._obs = np.zeros((n, *obs_shape), obs_dtype)  # root observation of the next step
+        self._next_obs = np.zeros((n, *obs_shape), obs_dtype)
         self._reward = np.zeros((n, 1), np.float32)
+        self._raw_reward = np.zeros((n, 1), np.float32) if reward_clip else self._reward
         self._terminated = np.zeros((n, 1), bool)
         self._truncated = np.zeros((n, 1), bool)
         self._return = np.zeros((n, 1), np.float32)
@@ -149,7 +180,7 @@ class GymVecEnv(EnvBase):
     def _gym_step(self, action: np.ndarray) -> None:
         if self._vec is not None:
             obs, reward, term, trunc, info = self._vec.step(action)
-            self._reward[:, 0] = reward
+            self._raw_reward[:, 0] = reward
             self._terminated[:, 0] = term
             self._truncated[:, 0] = trunc
             self._obs[:] = obs
@@ -166,7 +197,7 @@ class GymVecEnv(EnvBase):
         for i, env in enumerate(self.envs):
             obs, reward, term, trunc, info = env.step(action[i])
             self._next_obs[i] = obs
-            self._reward[i, 0] = reward
+            self._raw_reward[i, 0] = reward
             self._terminated[i, 0] = term
             self._truncated[i, 0] = trunc
             for k in self.info_keys:
@@ -210,7 +241,9 @@ class GymVecEnv(EnvBase):
             action = action.detach().cpu()
         self._gym_step(action.numpy())
         # In place without rebinding: EnvBase.__setattr__ would run on every step.
-        np.add(self._return, self._reward, out=self._return)
+        np.add(self._return, self._raw_reward, out=self._return)
+        if self.reward_clip:
+            np.sign(self._raw_reward, out=self._reward)
         np.add(self._length, 1, out=self._length)
         done = self._terminated | self._truncated  # numpy's or: a few microseconds less than torch's
         entries = {
