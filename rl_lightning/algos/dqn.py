@@ -39,6 +39,7 @@ from rl_lightning.algos.common import (
     polyak_update,
 )
 from rl_lightning.nn.actor_critic import mlp_head
+from rl_lightning.nn.encoders import encoded, feature_dim, make_encoder
 
 __all__ = ["DQN", "DuelingHead", "GreedyPolicy", "td_targets"]
 
@@ -106,9 +107,11 @@ class DQN(RLModule):
     """Deep Q-learning with the usual extensions as flags.
 
     Args:
-        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        observation_spec: env observation spec (``observation`` of shape ``[N, *obs_shape]``).
         action_spec: env action spec; must be discrete (``Categorical``).
-        hidden_sizes: widths of the Q-network's hidden layers.
+        hidden_sizes: widths of the Q-network's hidden layers (after the encoder's features).
+        encoder: what reads the observation first (:mod:`rl_lightning.nn.encoders`): ``auto`` (a CNN for
+            images), ``mlp``, ``nature_cnn`` or ``minatar_cnn``.
         lr: Adam learning rate.
         gamma: discount.
         double_dqn: select the next action with the online net, evaluate it with the target net.
@@ -143,6 +146,7 @@ class DQN(RLModule):
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
         hidden_sizes: Sequence[int] = (256, 256),
+        encoder: str = "auto",
         lr: float = 1e-3,
         gamma: float = 0.99,
         double_dqn: bool = False,
@@ -178,11 +182,13 @@ class DQN(RLModule):
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.n_actions = int(action_spec.space.n)
-        obs_dim = int(torch.Size(self.obs_shape).numel())
+        torso = make_encoder(encoder, observation_spec["observation"])
+        features = feature_dim(torso, observation_spec["observation"])
         if dueling:
-            self.q_net: nn.Module = DuelingHead(obs_dim, hidden_sizes, self.n_actions)
+            head: nn.Module = DuelingHead(features, hidden_sizes, self.n_actions)
         else:
-            self.q_net = mlp_head(obs_dim, self.n_actions, hidden_sizes)  # TorchRL MLP's layers and names
+            head = mlp_head(features, self.n_actions, hidden_sizes)  # TorchRL MLP's layers and names
+        self.q_net = encoded(torso, head)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         #: The Polyak average the deterministic policy acts with (``eval_polyak``), else the online network.
         self.eval_q_net = copy.deepcopy(self.q_net).requires_grad_(False) if eval_polyak else None
@@ -211,7 +217,7 @@ class DQN(RLModule):
 
     # ------------------------------------------------------------------ hot paths
     def q_values(self, observation: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[..., n_actions]`` for observations ``[..., obs_dim]``."""
+        """Q-values ``[..., n_actions]`` for observations ``[..., *obs_shape]``."""
         return self.q_net(observation.float())
 
     def act(self, td: TensorDictBase) -> TensorDictBase:

@@ -142,13 +142,14 @@ class DistributionalQNet(nn.Module):
 class ImplicitQuantileNet(nn.Module):
     """IQN's network :math:`Z_\\tau(x, \\cdot) = f(\\psi(x) \\odot \\phi(\\tau))`.
 
-    :math:`\\psi` is a trunk of ``hidden_sizes[:-1]``, :math:`\\phi` a :class:`CosineEmbedding` of the same
-    width, :math:`f` a :class:`DistributionalHead` with one hidden layer of ``hidden_sizes[-1]`` and one
-    output per action (the multiplicative interaction of the paper, eq. 4).
+    :math:`\\psi` is a trunk of ``hidden_sizes[:-1]`` (none with one width: the input, an image encoder's
+    features, is the state embedding), :math:`\\phi` a :class:`CosineEmbedding` of the same width,
+    :math:`f` a :class:`DistributionalHead` with one hidden layer of ``hidden_sizes[-1]`` and one output
+    per action (the multiplicative interaction of the paper, eq. 4).
 
     Args:
         in_features: input size (an observation; for AC-IQN's critic an observation and an action).
-        hidden_sizes: at least two widths.
+        hidden_sizes: at least one width.
         n_outputs: outputs per fraction (``A`` actions; 1 for a critic of ``(s, a)``).
         n_cos: cosine basis functions of the embedding.
         dueling: dueling head.
@@ -170,15 +171,12 @@ class ImplicitQuantileNet(nn.Module):
         std_init: float = 0.5,
     ) -> None:
         super().__init__()
-        if len(hidden_sizes) < 2:
-            raise ValueError(
-                f"hidden_sizes={list(hidden_sizes)}: IQN needs at least two widths (state features, head)."
-            )
+        if len(hidden_sizes) < 1:
+            raise ValueError("hidden_sizes needs at least one width (the head's).")
         self.psi = trunk(in_features, hidden_sizes[:-1])
-        self.phi = CosineEmbedding(hidden_sizes[-2], n_cos)
-        self.head = DistributionalHead(
-            hidden_sizes[-2], hidden_sizes[-1], n_outputs, 1, dueling, noisy, std_init
-        )
+        width = hidden_sizes[-2] if len(hidden_sizes) > 1 else in_features
+        self.phi = CosineEmbedding(width, n_cos)
+        self.head = DistributionalHead(width, hidden_sizes[-1], n_outputs, 1, dueling, noisy, std_init)
 
     def forward(self, x: Tensor, tau: Tensor, noisy: bool = True) -> Tensor:
         h = self.psi(x).unsqueeze(-2) * self.phi(tau)  # [B, N, F]

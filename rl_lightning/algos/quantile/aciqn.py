@@ -124,6 +124,11 @@ class ACIQN(RLModule):
             raise ValueError("AC-IQN needs algo.n_*quantiles >= 1 and algo.kappa > 0.")
         if not 0.0 < gamma <= 1.0 or not 0.0 < tau <= 1.0:
             raise ValueError("AC-IQN needs algo.gamma in (0, 1] and algo.tau in (0, 1].")
+        if len(critic_hidden_sizes) < 2:
+            raise ValueError(
+                f"algo.critic_hidden_sizes={list(critic_hidden_sizes)}: AC-IQN's critic needs at least two "
+                "widths (the state-action trunk, then the head)."
+            )
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         obs_dim = int(torch.Size(self.obs_shape).numel())

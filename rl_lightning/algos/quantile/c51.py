@@ -53,7 +53,8 @@ class C51(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: layer widths (trunk, then the head's hidden layer).
+        hidden_sizes: layer widths (trunk, then the head's hidden layer) after the encoder.
+        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_atoms: atoms of the support (51 in the paper).
         v_min: the smallest return of the support.
         v_max: the largest return of the support.
@@ -80,6 +81,7 @@ class C51(DiscreteDistributional):
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
         hidden_sizes: Sequence[int] = (256, 256),
+        encoder: str = "auto",
         n_atoms: int = 51,
         v_min: float = -10.0,
         v_max: float = 10.0,
@@ -108,8 +110,10 @@ class C51(DiscreteDistributional):
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("support", torch.linspace(v_min, v_max, n_atoms))
-        self.online = DistributionalQNet(
-            self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_atoms, dueling, noisy, noisy_std
+        hidden = self.hidden(hidden_sizes)
+        self.online = self.network(
+            encoder,
+            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_atoms, dueling, noisy, noisy_std),
         )
         self._make_target()
 

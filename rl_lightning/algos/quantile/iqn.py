@@ -15,6 +15,7 @@ from torchrl.data import TensorSpec
 
 from rl_lightning.algos.quantile.math import check_risk, distort, midpoint_fractions, quantile_huber_loss
 from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.nn.encoders import EncodedNet
 from rl_lightning.nn.quantile import ImplicitQuantileNet
 
 __all__ = ["IQN"]
@@ -53,8 +54,10 @@ class IQN(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: at least two widths: the state trunk :math:`\\psi` (its last width is the embedding
-            width), then the head's hidden layer.
+        hidden_sizes: the state trunk :math:`\\psi` (its last width is the embedding width), then the head's
+            hidden layer: at least two widths on vector observations; with an image encoder, which is then
+            :math:`\\psi` (its features the embedding width), one.
+        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_cos: cosine basis functions of the fraction embedding (64 in the paper).
         n_quantiles: ``N``, fractions per prediction (64 in the paper).
         n_target_quantiles: ``N'``, fractions per target (64 in the paper).
@@ -85,6 +88,7 @@ class IQN(DiscreteDistributional):
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
         hidden_sizes: Sequence[int] = (256, 256),
+        encoder: str = "auto",
         n_cos: int = 64,
         n_quantiles: int = 64,
         n_target_quantiles: int = 64,
@@ -119,9 +123,16 @@ class IQN(DiscreteDistributional):
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("policy_fractions", midpoint_fractions(n_policy_quantiles))
-        self.online = ImplicitQuantileNet(
-            self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_cos, dueling, noisy, noisy_std
+        hidden = self.hidden(hidden_sizes)
+        self.online = self.network(
+            encoder,
+            lambda f: ImplicitQuantileNet(f, hidden, self.n_actions, n_cos, dueling, noisy, noisy_std),
         )
+        if len(hidden) < 2 and not isinstance(self.online, EncodedNet):
+            raise ValueError(
+                f"algo.hidden_sizes={hidden}: IQN on vector observations needs at least two widths (the "
+                "state trunk, then the head); with an image encoder one (the head) is enough."
+            )
         self._make_target()
 
     def distort(self, tau: Tensor) -> Tensor:

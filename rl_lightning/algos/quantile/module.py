@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -39,6 +39,7 @@ from rl_lightning.algos.common import (
     polyak_update,
     without_grad,
 )
+from rl_lightning.nn.encoders import encoded, feature_dim, make_encoder
 from rl_lightning.nn.noisy import reset_noise
 
 __all__ = ["DiscreteDistributional", "td_discount"]
@@ -60,11 +61,11 @@ def td_discount(batch: TensorDictBase, gamma: float) -> tuple[Tensor, Tensor]:
 class DiscreteDistributional(RLModule):
     """Base of C51, QR-DQN and IQN (see the module docstring).
 
-    Subclasses build ``self.online`` (the network; ``self.target`` is copied from it here) and implement
-    :meth:`q_values` and :meth:`per_sample_loss`.
+    Subclasses build ``self.online`` (the network, with :meth:`network`; ``self.target`` is copied from it
+    here) and implement :meth:`q_values` and :meth:`per_sample_loss`.
 
     Args:
-        observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
+        observation_spec: env observation spec (``observation`` of shape ``[N, *obs_shape]``).
         action_spec: env action spec; must be discrete (``Categorical``).
         name: the algorithm's name, for messages.
         lr: Adam learning rate.
@@ -122,6 +123,12 @@ class DiscreteDistributional(RLModule):
             "hard_update_every": hard_update_every, "grad_clip": grad_clip, "adam_eps": adam_eps,
         }  # fmt: skip
 
+    def network(self, encoder: str, head: Callable[[int], nn.Module]) -> nn.Module:
+        """The network of ``head(features)`` after the observation encoder ``encoder``
+        (:mod:`rl_lightning.nn.encoders`; none for float vectors, whose head reads the observation)."""
+        torso = make_encoder(encoder, self.observation_spec["observation"])
+        return encoded(torso, head(feature_dim(torso, self.observation_spec["observation"])))
+
     def _make_target(self) -> None:
         """Copies ``self.online`` into ``self.target`` (called by subclasses once ``online`` exists)."""
         self.target = copy.deepcopy(self.online)
@@ -130,7 +137,7 @@ class DiscreteDistributional(RLModule):
     # ------------------------------------------------------------------ what subclasses provide
     @abstractmethod
     def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
-        """The (distorted) expected return of each action, ``[B, A]``, for observations ``[B, obs_dim]``.
+        """The (distorted) expected return of each action, ``[B, A]``, for observations ``[B, *obs_shape]``.
 
         ``explore``: the exploring policy's estimate (IQN samples its fractions) rather than the
         deterministic one (IQN's fixed grid).
@@ -138,7 +145,7 @@ class DiscreteDistributional(RLModule):
 
     @abstractmethod
     def eval_q(self) -> nn.Module:
-        """The Q-values ``act_eval`` maximises as a plain module, ``[N, obs_dim] -> [N, A]`` (for export).
+        """The Q-values ``act_eval`` maximises as a plain module, ``[N, *obs_shape] -> [N, A]`` (for export).
 
         Noisy layers off, no randomness; it shares the online network's parameters.
         """

@@ -43,7 +43,8 @@ class QRDQN(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: layer widths (trunk, then the head's hidden layer).
+        hidden_sizes: layer widths (trunk, then the head's hidden layer) after the encoder.
+        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_quantiles: ``N`` (200 in the paper).
         kappa: Huber threshold of the quantile loss (1 in the paper).
         lr: Adam learning rate.
@@ -69,6 +70,7 @@ class QRDQN(DiscreteDistributional):
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
         hidden_sizes: Sequence[int] = (256, 256),
+        encoder: str = "auto",
         n_quantiles: int = 200,
         kappa: float = 1.0,
         lr: float = 1e-3,
@@ -97,8 +99,10 @@ class QRDQN(DiscreteDistributional):
         # Not logged: the run's resolved config is logged once, flattened.
         self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
         self.register_buffer("fractions", midpoint_fractions(n_quantiles))
-        self.online = DistributionalQNet(
-            self.obs_dim, self.hidden(hidden_sizes), self.n_actions, n_quantiles, dueling, noisy, noisy_std
+        hidden = self.hidden(hidden_sizes)
+        self.online = self.network(
+            encoder,
+            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_quantiles, dueling, noisy, noisy_std),
         )
         self._make_target()
 
