@@ -28,6 +28,7 @@ import torch
 from rl_lightning.data import persistence
 from rl_lightning.data.budget import FrameBudget
 from rl_lightning.data.collection import CollectConfig, Collection, call_training_envs, start_collection
+from rl_lightning.data.frames import FrameReplay, stores_frames
 from rl_lightning.data.ingest import Ingestion
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer, resolve_replay
@@ -85,7 +86,19 @@ class RLDataModule(L.LightningDataModule):
             collect.total_frames, collect.warmup_frames, collect.updates_per_frame, collect.warmup_burst
         )
         nstep = NStepReturns(replay.n_step, self.requirements.discount) if replay.n_step > 1 else None
-        self.ingestion = Ingestion(self.requirements, nstep, self.copies, collect.warmup_frames)
+        self.observation_spec = module.observation_spec["observation"]
+        self.store_frames = stores_frames(
+            replay.store_frames, self.observation_spec, self.replay_cfg.slice_len
+        )
+        if self.store_frames and collect.workers and not collect.sync_workers:
+            raise ValueError(
+                "replay.store_frames follows each env's frames from batch to batch, which "
+                "collect.sync_workers=false mixes up; set collect.sync_workers=true or "
+                "replay.store_frames=false."
+            )
+        self.ingestion = Ingestion(
+            self.requirements, nstep, self.copies, collect.warmup_frames, store_frames=self.store_frames
+        )
         self.stop_request = stop_request
         self.replay: Any = None
         self.resume_replay_from: str | None = None
@@ -144,7 +157,13 @@ class RLDataModule(L.LightningDataModule):
 
     def _new_replay(self) -> Any:
         interleaved = self.env_cfg.num_envs > 1  # several envs write a step each per collection
-        return make_replay_buffer(self.replay_cfg, interleaved, self.copies.replay_device)
+        buffer = make_replay_buffer(self.replay_cfg, interleaved, self.copies.replay_device)
+        if not self.store_frames:
+            return buffer
+        return FrameReplay(
+            buffer, tuple(self.observation_spec.shape[1:]), self.env_cfg.frame_stack, self.copies,
+            self.replay_cfg.frame_capacity, self.observation_spec.dtype,
+        )  # fmt: skip
 
     def teardown(self, stage: str) -> None:
         # Also after an exception: worker processes must not outlive the fit (nor the interpreter's exit).

@@ -1,10 +1,11 @@
 """Ingestion: a collected batch becomes rows of the replay buffer, and its finished episodes statistics.
 
 What happens to every collection between the collector and the replay: finished episodes are counted
-(return, length), trajectory ids of worker collectors are shifted past those of a resumed buffer, n-step
-returns are folded in, the keys the algorithm declared are checked once, and the entries the replay stores
-are cut into one row per frame and copied into the replay (through the run's device copies: a GPU replay
-fed from the CPU envs).
+(return, length), trajectory ids of worker collectors are shifted past those of a resumed buffer, image
+observations become frame serials (a :class:`~rl_lightning.data.frames.FrameReplay` stores each frame
+once), n-step returns are folded in, the keys the algorithm declared are checked once, and the entries the
+replay stores are cut into one row per frame and copied into the replay (through the run's device copies: a
+GPU replay fed from the CPU envs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.compat import build_td, td_entries
+from rl_lightning.data.frames import FrameReplay, frame_keys
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.transfer import DeviceCopies
@@ -117,6 +119,8 @@ class Ingestion:
         nstep: n-step returns folded into every batch, or ``None``.
         copies: the run's device copies (frames go to the replay's device through them).
         warmup_frames: frames before which ``act`` has not run, so the extra keys may be absent.
+        store_frames: the replay stores frames once (a :class:`FrameReplay`): rows hold the observations'
+            frame serials.
 
     State (``state_dict``): the episodes seen and the returns of the last 20.
     """
@@ -127,12 +131,15 @@ class Ingestion:
         nstep: NStepReturns | None,
         copies: DeviceCopies,
         warmup_frames: int = 0,
+        store_frames: bool = False,
     ) -> None:
         self.requirements = requirements
         self.nstep = nstep
         self.copies = copies
         self.warmup_frames = warmup_frames
-        self.keys = stored_keys(requirements, nstep is not None)
+        self.store_frames = store_frames
+        keys = stored_keys(requirements, nstep is not None)
+        self.keys = frame_keys(keys) if store_frames else keys
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=20)
         self._pending: list[tuple[float, int]] = []
@@ -166,6 +173,8 @@ class Ingestion:
         if self.traj_offset and TRAJ_KEY in batch.keys(True):
             batch = batch.copy()  # a new entry, not a write into the collector's own buffers
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self.traj_offset)
+        if isinstance(replay, FrameReplay):
+            batch = replay.index(batch)
         if self.nstep is not None:
             batch = self.nstep(batch)
         if self.keys is not None and not self._keys_checked:
@@ -174,7 +183,8 @@ class Ingestion:
         replay.extend(self.copies.to_replay(rows(batch, self.keys)))
 
     def _check_sample_keys(self, batch: TensorDictBase) -> None:
-        missing = missing_keys(batch, self.requirements.sample_keys or ())
+        keys = self.requirements.sample_keys or ()
+        missing = missing_keys(batch, frame_keys(keys) if self.store_frames else keys)
         if missing:
             raise KeyError(
                 f"the algorithm's replay_requirements().sample_keys name {missing}, which the collected data "

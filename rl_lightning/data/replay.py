@@ -40,6 +40,8 @@ class ReplayConfig:
     beta: float = 0.4
     n_step: int = 1
     slice_len: int | None = None
+    store_frames: bool | str = "auto"
+    frame_capacity: int | None = None
 
     def __post_init__(self) -> None:
         if self.capacity < 1 or self.batch_size < 1:
@@ -50,6 +52,10 @@ class ReplayConfig:
             raise ValueError(f"replay.slice_len={self.slice_len} must be >= 1 or null.")
         if self.prioritized and self.slice_len is not None:
             raise ValueError("replay.prioritized with replay.slice_len is not supported; choose one.")
+        if self.store_frames not in ("auto", True, False):
+            raise ValueError(f"replay.store_frames={self.store_frames!r}: use auto, true or false.")
+        if self.frame_capacity is not None and self.frame_capacity < 1:
+            raise ValueError(f"replay.frame_capacity={self.frame_capacity} must be positive or null.")
 
 
 def resolve_replay(cfg: ReplayConfig, needs: ReplayRequirements, algo: str) -> ReplayConfig:
