@@ -33,12 +33,20 @@ CASES = {
     "iqn_cartpole": SMALL,
     "rainbow_cartpole": SMALL,  # noisy layers: act_eval and the export use the mean weights
     "aciqn_pendulum": ["algo.actor_hidden_sizes=[32,32]", "algo.critic_hidden_sizes=[32,32]"],
+    # CNN policies over uint8 images: the exported network scales the raw pixel values itself.
+    "dqn_minatar": [],
+    "rainbow_minatar": [],
+    "iqn_minatar": [],
+    "dqn_atari_cpu": [],
 }
 
 
 def observations(module: torch.nn.Module, n: int = 64) -> torch.Tensor:
+    """Float observations: Gaussian for vector envs, pixel values (float32, the export's input) for images."""
     torch.manual_seed(3)
     spec = module.observation_spec["observation"]
+    if spec.dtype == torch.uint8:
+        return torch.randint(0, int(spec.space.high.max()) + 1, (n, *spec.shape[1:])).float()
     return torch.randn(n, *spec.shape[1:]) * 2
 
 
