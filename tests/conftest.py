@@ -1,4 +1,5 @@
-"""Shared test setup: GPU tests are skipped without CUDA; benchmark scripts load as modules."""
+"""Shared test setup: GPU tests are skipped without CUDA; benchmark scripts load as modules; the asserts of
+the shared helpers (``tests/helpers/``) report their operands as a test module's do."""
 
 import importlib.util
 import sys
@@ -8,6 +9,9 @@ from types import ModuleType
 
 import pytest
 import torch
+
+# Before any test module imports them: pytest rewrites the asserts of test modules only.
+pytest.register_assert_rewrite("helpers")
 
 # Small tensors: one thread is fastest, and it keeps parallel test processes from oversubscribing the cores.
 torch.set_num_threads(1)

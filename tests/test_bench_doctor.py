@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import TINY_TDMPC2, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import TINY_TDMPC2, mlflow_client, mlflow_runs, run_cli
 
 from rl_lightning.cli import main
 from rl_lightning.cli.doctor import recommendations

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import lightning as L
 import pytest
 import torch
+from helpers.batches import N_ACTIONS, OBS_DIM, discrete_specs, transitions
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from tensordict import TensorDict
-from test_dqn import batch, specs
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from callbacks import DirectSteps
@@ -29,13 +29,13 @@ UPDATES = 7
 
 class _Samples(L.LightningDataModule):
     def train_dataloader(self) -> Iterator[TensorDict]:
-        # One sample per update (a list would be several loaders).
-        return (batch(seed=i) for i in range(UPDATES))
+        # One sample per update (a list would be several loaders): 32 transitions, 30% terminal.
+        return (transitions(32, OBS_DIM, N_ACTIONS, i, terminated=0.3) for i in range(UPDATES))
 
 
 def _module(cls: type[DQN] = DQN) -> DQN:
     torch.manual_seed(0)
-    return cls(*specs(), hidden_sizes=(8,), target_update="hard", hard_update_every=3)
+    return cls(*discrete_specs(), hidden_sizes=(8,), target_update="hard", hard_update_every=3)
 
 
 def _trainer(callbacks: list[L.Callback] | None = None, **kwargs) -> L.Trainer:

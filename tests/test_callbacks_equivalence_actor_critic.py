@@ -1,6 +1,6 @@
 """Optimization callbacks change speed, not results: SAC, discrete SAC, TD3 and DDPG with and without each.
 
-The harness is the one of ``tests/test_callbacks_equivalence.py``: the module built from its experiment's
+The harness is the one of ``tests/helpers/equivalence.py``: the module built from its experiment's
 config with a fixed seed, ``K`` updates by a real ``lightning.Trainer`` on fixed batches, ``act`` on fixed
 observations after every update. TD3 runs with ``policy_delay=2``, so its ``K`` updates take both the
 critic-only and the full (critic, actor, targets) variants of ``update``. Stochastic acting draws the same
@@ -19,14 +19,13 @@ actions compare too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import pytest
-from fit_helpers import transition_data
-from test_callbacks_equivalence import (
-    Bf16Bounds,
+from helpers.equivalence import (
+    ACTOR_CRITIC_BF16,
     FamilyEquivalence,
     Result,
+    actor_critic_data,
     assert_close_runs,
     metrics_rel_diff,
     run,
@@ -46,22 +45,13 @@ EXPERIMENTS = {
     "td3": ["+experiment=td3_pendulum", *SMALL, "algo.policy_delay=2"],
     "ddpg": ["+experiment=ddpg_pendulum", *SMALL],
 }
-# Measured here (CPU, torch 2.13), bf16 against float32: the first update's critic loss within 0.35% (SAC),
-# 0.05% (discrete SAC) and 1e-5 (TD3, DDPG) of float32's; the parameter change of 4 Adam steps has a
-# cosine of 0.996 to 0.998 with float32's and 99.6 to 99.97% of its larger-than-median entries keep their
-# sign; continuous actions move by less than 0.06% of the action range, 98% of discrete ones are equal.
-# The bounds allow about 5x to 20x that.
-BF16 = Bf16Bounds(cosine=0.95, signs=0.97, actions=0.9, action_gap=0.01)
-
-
-make_data = partial(transition_data, seed=7)
 
 
 class TestActorCriticCallbacks(FamilyEquivalence):
     EXPERIMENTS = EXPERIMENTS
     EXACT_ACTIONS = frozenset({"sac_discrete"})  # argmax of near-equal logits; continuous ones to EXACT_ATOL
-    BF16 = BF16
-    make_data = staticmethod(make_data)
+    BF16 = ACTOR_CRITIC_BF16  # measured in helpers/equivalence.py
+    make_data = staticmethod(actor_critic_data)
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -69,7 +59,7 @@ GPU_K = 12  # TD3 alternates critic-only and full updates: 6 calls each, 3 of th
 
 
 def run_gpu(overrides: list[str], callbacks: list) -> Result:
-    return run(overrides, make_data, callbacks, device="cuda", updates=GPU_K)
+    return run(overrides, actor_critic_data, callbacks, device="cuda", updates=GPU_K)
 
 
 _GPU_CALLBACKS: dict[str, Callable[[], list]] = {

@@ -1,6 +1,6 @@
 """Optimization callbacks change speed, not results: SAC with options with and without each of them.
 
-The harness of ``tests/test_callbacks_equivalence.py``: the module built from its experiment's config with
+The harness of ``tests/helpers/equivalence.py``: the module built from its experiment's config with
 a fixed seed, ``K`` updates by a real ``lightning.Trainer`` on fixed batches, ``act`` on fixed
 observations after every update. The batches carry the option that acted (and some warm-up rows
 without one), so every loss, the termination loss included, runs; ``act`` samples terminations, options
@@ -18,23 +18,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fit_helpers import ACT_N
-from test_callbacks_equivalence import (
+from helpers.equivalence import (
+    ACTOR_CRITIC_BF16,
     FamilyEquivalence,
-    K,
     Result,
     assert_close_runs,
+    options_data,
     run,
 )
-from test_callbacks_equivalence_actor_critic import BF16 as ACTOR_CRITIC_BF16
-from test_callbacks_equivalence_actor_critic import make_data as actor_critic_data
+from helpers.fit import ACT_N
 
 from callbacks import (
     CudaGraphs,
     NonBlockingTransfer,
     TorchCompile,
 )
-from rl_lightning.algos.options import OPTION_AGE_KEY, OPTION_KEY
 
 SMALL = ["device=cpu", "algo.hidden_sizes=[32,32]", f"algo.num_envs={ACT_N}", "algo.usage_window=256"]
 EXPERIMENTS = {
@@ -43,22 +41,11 @@ EXPERIMENTS = {
 }
 
 
-def make_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
-    """The actor-critic batches with the acting option; a quarter of the rows are warm-up rows (age 0)."""
-    batches, observations = actor_critic_data(module, k=k)
-    g = torch.Generator().manual_seed(11)
-    for b in batches:
-        n = b.batch_size[0]
-        b[OPTION_KEY] = torch.randint(0, module.num_options, (n,), generator=g)
-        b[OPTION_AGE_KEY] = torch.randint(1, 20, (n,), generator=g) * (torch.rand(n, generator=g) > 0.25)
-    return batches, observations
-
-
 class TestOptionsCallbacks(FamilyEquivalence):
     EXPERIMENTS = EXPERIMENTS
     EXACT_ACTIONS = frozenset({"discrete"})
     BF16 = ACTOR_CRITIC_BF16
-    make_data = staticmethod(make_data)
+    make_data = staticmethod(options_data)  # the actor-critic batches with the acting option
 
     def test_reference_exercises_every_loss_and_option_metric(self, name: str) -> None:
         ref = self.reference(name)
@@ -78,7 +65,7 @@ GPU_K = 8
 
 
 def run_gpu(overrides: list[str], callbacks: list) -> Result:
-    return run(overrides, make_data, callbacks, device="cuda", updates=GPU_K)
+    return run(overrides, options_data, callbacks, device="cuda", updates=GPU_K)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,7 @@
 """Optimization callbacks change speed, not results: C51, Rainbow, QR-DQN, IQN and AC-IQN, with and without
 each.
 
-The harness is the one of ``tests/test_callbacks_equivalence.py``: the module built from its experiment's
+The harness is the one of ``tests/helpers/equivalence.py``: the module built from its experiment's
 config with a fixed seed, ``K`` updates by a real ``lightning.Trainer`` on fixed batches, ``act`` on fixed
 observations after every update. The random draws inside the hot paths (IQN's fractions, Rainbow's noise,
 AC-IQN's smoothing and exploration noise) are the same with and without a callback (compile draws them
@@ -20,16 +20,13 @@ take both its critic-only and its full variant.
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
-import torch
-from fit_helpers import transition_data
-from test_callbacks_equivalence import (
-    Bf16Bounds,
+from helpers.equivalence import (
+    QUANTILE_BF16,
     FamilyEquivalence,
     Result,
     assert_close_runs,
+    quantile_data,
     run,
 )
 
@@ -48,22 +45,13 @@ EXPERIMENTS = {
         "algo.critic_hidden_sizes=[32,32]", *SMALL_IQN, "algo.policy_delay=2",
     ],
 }  # fmt: skip
-# Measured here (CPU, torch 2.13), bf16 against float32 after K = 4 updates: the first update's loss within
-# 0.01-0.07%; the parameter change has a cosine of 0.98-1.0 with float32's and over 99.5% of its
-# larger-than-median entries keep their sign; 88% (C51: its Q-values are expectations over a 0-100 support of
-# nearly uniform probabilities after 4 updates, so greedy actions flip on near-ties) to 100% of the discrete
-# actions are equal. The bounds allow about 2x to 5x the differences.
-BF16 = Bf16Bounds(cosine=0.9, signs=0.95, actions=0.75, action_gap=0.1)  # action_gap: AC-IQN
-
-
-make_data = partial(transition_data, seed=11, reward=torch.rand)
 
 
 class TestQuantileCallbacks(FamilyEquivalence):
     EXPERIMENTS = EXPERIMENTS
     EXACT_ACTIONS = frozenset(EXPERIMENTS) - {"aciqn"}
-    BF16 = BF16
-    make_data = staticmethod(make_data)
+    BF16 = QUANTILE_BF16  # measured in helpers/equivalence.py
+    make_data = staticmethod(quantile_data)
 
     def loss_key(self, name: str) -> str:
         return "loss_qvalue" if name == "aciqn" else "loss"
@@ -74,7 +62,7 @@ GPU_K = 12  # enough calls that each update variant (AC-IQN: critic-only and ful
 
 
 def run_gpu(overrides: list[str], callbacks: list) -> Result:
-    return run(overrides, make_data, callbacks, device="cuda", updates=GPU_K)
+    return run(overrides, quantile_data, callbacks, device="cuda", updates=GPU_K)
 
 
 @pytest.mark.gpu

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tensordict import TensorDict
-from toy_protocol import (
+from helpers.toy import (
     MemoryLogger,
     ToyProtocolModule,
     WithoutHotPaths,
@@ -17,6 +16,7 @@ from toy_protocol import (
     fit_toy,
     max_abs_diff,
 )
+from tensordict import TensorDict
 
 from callbacks import (
     TF32,

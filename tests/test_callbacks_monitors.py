@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from toy_protocol import MemoryLogger, ToyProtocolModule, assert_state_close, baseline_state, fit_toy
+from helpers.toy import MemoryLogger, ToyProtocolModule, assert_state_close, baseline_state, fit_toy
 
 from callbacks import GPUMonitor, ThroughputMonitor
 

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 import torch
-from tensordict import TensorDict
-from toy_protocol import (
+from helpers.toy import (
     ToyDataModule,
     ToyProtocolModule,
     WithoutOptimizerKwargs,
@@ -17,6 +16,7 @@ from toy_protocol import (
     baseline_state,
     fit_toy,
 )
+from tensordict import TensorDict
 
 from callbacks import TF32, CudaCacheClearing, FusedOptimizer, NonBlockingTransfer
 

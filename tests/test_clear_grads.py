@@ -9,10 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from test_callbacks_equivalence import TDMPC2, dqn_data, tdmpc2_data
-from test_callbacks_equivalence_actor_critic import make_data as actor_critic_data
-from test_callbacks_equivalence_options import make_data as options_data
-from test_callbacks_equivalence_quantile import make_data as quantile_data
+from helpers.equivalence import TDMPC2, actor_critic_data, dqn_data, options_data, quantile_data, tdmpc2_data
 
 from callbacks.direct_steps import CountedStep
 from rl_lightning.cli import compose

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli
 from omegaconf import OmegaConf
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import mlflow_client, run_cli
+from helpers.cli import mlflow_client, run_cli
 from omegaconf import OmegaConf
 
 from rl_lightning.cli import main

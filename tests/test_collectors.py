@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from cli_helpers import TINY_TDMPC2, check_trajectories_across_resume
+from helpers.cli import TINY_TDMPC2, check_trajectories_across_resume
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import mlflow_runs, run_cli
+from helpers.cli import mlflow_runs, run_cli
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def fit(cwd: Path, *args: str, timeout: float = 300) -> dict:
 
 
 def dump(out: Path) -> list[str]:
-    return ["+callbacks.dump._target_=ddp_helpers.ParamDump", f"+callbacks.dump.out={out}"]
+    return ["+callbacks.dump._target_=helpers.ddp.ParamDump", f"+callbacks.dump.out={out}"]
 
 
 def shard_lengths(last: Path) -> list[int]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.batches import discrete_specs, transitions
 from tensordict import TensorDict
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.data import Bounded, Categorical
 
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.dqn import DQN
@@ -13,33 +14,14 @@ from rl_lightning.algos.dqn import DQN
 OBS, ACTIONS, B = 4, 3, 32
 
 
-def specs() -> tuple[Composite, Categorical]:
-    return Composite(observation=Unbounded((1, OBS)), shape=(1,)), Categorical(ACTIONS, shape=(1,))
-
-
 def make(**kw) -> DQN:
     torch.manual_seed(0)
-    obs, act = specs()
+    obs, act = discrete_specs(OBS, ACTIONS)
     return DQN(obs, act, hidden_sizes=(32, 32), **kw)
 
 
-def batch(seed: int = 1, terminated_frac: float = 0.3) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    term = torch.rand(B, 1, generator=g) < terminated_frac
-    return TensorDict(
-        {
-            "observation": torch.randn(B, OBS, generator=g),
-            "action": torch.randint(0, ACTIONS, (B,), generator=g),
-            "next": {
-                "observation": torch.randn(B, OBS, generator=g),
-                "reward": torch.randn(B, 1, generator=g),
-                "terminated": term,
-                "truncated": torch.zeros(B, 1, dtype=torch.bool),
-                "done": term.clone(),
-            },
-        },
-        batch_size=[B],
-    )
+def batch(seed: int = 1, terminated: float = 0.3) -> TensorDict:
+    return transitions(B, OBS, ACTIONS, seed, terminated=terminated)
 
 
 def online(m: DQN) -> list[torch.Tensor]:
@@ -117,7 +99,7 @@ def test_double_dqn_target_differs_from_vanilla_on_crafted_batch():
     double.load_state_dict(vanilla.state_dict())
     perturb_target(vanilla)
     double.load_state_dict(vanilla.state_dict())
-    td = batch(terminated_frac=0.0)
+    td = batch(terminated=0.0)
     assert not torch.allclose(vanilla.td_loss(td.clone())[0], double.td_loss(td.clone())[0])
 
 
@@ -151,7 +133,7 @@ def test_dueling_head_outputs_value_plus_centred_advantage():
 
 
 def test_rejects_continuous_actions_with_a_clear_message():
-    obs, _ = specs()
+    obs, _ = discrete_specs(OBS, ACTIONS)
     with pytest.raises(IncompatibleEnvError, match="discrete action space"):
         DQN(obs, Bounded(-1.0, 1.0, shape=(1, 2)))
 

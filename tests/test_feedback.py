@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from cli_helpers import ReplayedRows
+from helpers.cli import ReplayedRows
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run

@@ -22,7 +22,8 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from fit_helpers import FixedBatches, transition_data
+from helpers.batches import transition_data
+from helpers.fit import FixedBatches
 from tensordict import TensorDict, TensorDictBase
 
 from callbacks import CudaGraphs, TorchCompile

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from cli_helpers import run_cli
+from helpers.cli import run_cli
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 

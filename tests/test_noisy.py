@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.batches import EPS0, N_ACTIONS, OBS_DIM, quantile_module, transitions
 from tensordict import TensorDict
-from test_quantile_algos import OBS, batch, make
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rl_lightning.nn.noisy import NoisyLinear, NoisyMLP, reset_noise
@@ -60,15 +60,15 @@ def noise(module: torch.nn.Module) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("name", ["rainbow", "qrdqn", "iqn"])
 def test_noise_changes_between_updates_and_is_off_in_act_eval(name: str) -> None:
-    m = make(name, **({} if name == "rainbow" else {"noisy": True, "eps_start": 0.0, "eps_end": 0.0}))
+    m = quantile_module(name, **({} if name == "rainbow" else {"noisy": True, **EPS0}))
     assert noise(m.online)
-    obs = torch.randn(256, OBS)
+    obs = torch.randn(256, OBS_DIM)
     td = TensorDict({"observation": obs}, [256])
     eval_before = m.act_eval(td.clone())["action"]
     n0 = noise(m.online)
-    m.update(batch(1))
+    m.update(transitions(16, OBS_DIM, N_ACTIONS, 1, terminated=0.3))
     n1, t1 = noise(m.online), noise(m.target)
-    m.update(batch(2))
+    m.update(transitions(16, OBS_DIM, N_ACTIONS, 2, terminated=0.3))
     n2 = noise(m.online)
     # New noise at every update, drawn independently for the target network.
     assert all(not torch.equal(a, b) for a, b in zip(n0, n1))

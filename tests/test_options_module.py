@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from cli_helpers import SMOKE, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import SMOKE, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 

@@ -8,7 +8,9 @@ import copy
 import lightning as L
 import pytest
 import torch
-from cli_helpers import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
+from helpers.batches import EPS0, N_ACTIONS, OBS_DIM, discrete_specs, transitions
+from helpers.batches import quantile_module as make
+from helpers.cli import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
@@ -25,50 +27,12 @@ from rl_lightning.cli.run import build_run
 from rl_lightning.nn.noisy import reset_noise
 from rl_lightning.training.feedback import UpdateFeedback
 
-OBS, ACTIONS, B = 4, 3, 16
-EPS0 = {"eps_start": 0.0, "eps_end": 0.0}
-
-
-def specs() -> tuple[Composite, Categorical]:
-    return Composite(observation=Unbounded((1, OBS)), shape=(1,)), Categorical(ACTIONS, shape=(1,))
-
-
-def make(name: str, **kw):
-    torch.manual_seed(0)
-    obs, act = specs()
-    if name == "c51":
-        return C51(obs, act, hidden_sizes=(32, 32), n_atoms=11, v_min=-5.0, v_max=5.0, **kw)
-    if name == "rainbow":
-        kw = {"noisy": True, "dueling": True, "double_dqn": True, **EPS0, **kw}
-        return C51(obs, act, hidden_sizes=(32, 32), n_atoms=11, v_min=-5.0, v_max=5.0, **kw)
-    if name == "qrdqn":
-        return QRDQN(obs, act, hidden_sizes=(32, 32), n_quantiles=8, **kw)
-    if name == "iqn":
-        kw = {"n_quantiles": 8, "n_target_quantiles": 6, "n_policy_quantiles": 5, "n_cos": 16, **kw}
-        return IQN(obs, act, hidden_sizes=(32, 32), **kw)
-    raise KeyError(name)
-
-
+OBS, ACTIONS, B = OBS_DIM, N_ACTIONS, 16
 DISCRETE = ["c51", "rainbow", "qrdqn", "iqn"]
 
 
-def batch(seed: int = 1, terminated_frac: float = 0.3, obs_dim: int = OBS) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    term = torch.rand(B, 1, generator=g) < terminated_frac
-    return TensorDict(
-        {
-            "observation": torch.randn(B, obs_dim, generator=g),
-            "action": torch.randint(0, ACTIONS, (B,), generator=g),
-            "next": {
-                "observation": torch.randn(B, obs_dim, generator=g),
-                "reward": torch.randn(B, 1, generator=g),
-                "terminated": term,
-                "truncated": torch.zeros(B, 1, dtype=torch.bool),
-                "done": term.clone(),
-            },
-        },
-        batch_size=[B],
-    )
+def batch(seed: int = 1, terminated: float = 0.3) -> TensorDict:
+    return transitions(B, OBS, ACTIONS, seed, terminated=terminated)
 
 
 def params(module: nn.Module) -> list[torch.Tensor]:
@@ -158,7 +122,7 @@ def test_greedy_eval_and_epsilon_exploration(name: str) -> None:
 
 
 def test_rejects_continuous_actions_with_a_clear_message() -> None:
-    obs, _ = specs()
+    obs, _ = discrete_specs()
     for cls in (C51, QRDQN, IQN):
         with pytest.raises(IncompatibleEnvError, match="discrete action space"):
             cls(obs, Bounded(-1.0, 1.0, shape=(1, 2)))
@@ -167,13 +131,13 @@ def test_rejects_continuous_actions_with_a_clear_message() -> None:
 
 
 def test_n_step_transitions_bootstrap_with_gamma_to_the_steps() -> None:
-    td = batch(terminated_frac=0.5)
+    td = batch(terminated=0.5)
     td["steps_to_next_obs"] = torch.tensor([1, 2, 3, 3] * (B // 4)).reshape(B, 1)
     reward, discount = td_discount(td, 0.9)
     alive = (~td["next", "terminated"]).float()
     torch.testing.assert_close(discount, 0.9 ** td["steps_to_next_obs"].float() * alive)
     torch.testing.assert_close(reward, td["next", "reward"])
-    _, one_step = td_discount(batch(terminated_frac=0.0), 0.9)
+    _, one_step = td_discount(batch(terminated=0.0), 0.9)
     torch.testing.assert_close(one_step, torch.full((B, 1), 0.9))
 
 

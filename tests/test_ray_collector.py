@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import TINY_TDMPC2, check_trajectories_across_resume, run_cli
+from helpers.cli import TINY_TDMPC2, check_trajectories_across_resume, run_cli
 
 from rl_lightning.cli import CliError, compose, main
 from rl_lightning.data.datamodule import CollectConfig

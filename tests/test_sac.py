@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-from cli_helpers import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
+from helpers.batches import box, transitions
+from helpers.cli import SMOKE, mlflow_client, mlflow_runs, run_cli
+from helpers.fit import check_per_and_n_step, fit_with_per_and_n_step
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
@@ -20,10 +21,7 @@ from torchrl.objectives import SACLoss, ValueEstimators
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import build_run
 from rl_lightning.nn.actor_critic import QNet
-from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACT, N_ACTIONS, B = 3, 2, 4, 64
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
@@ -46,26 +44,7 @@ def make_discrete(**kw) -> DiscreteSAC:
 
 
 def batch(seed: int = 1, terminated: float = 0.3, discrete: bool = False) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    term = torch.rand(B, 1, generator=g) < terminated
-    if discrete:
-        action = torch.randint(0, N_ACTIONS, (B,), generator=g)
-    else:
-        action = LOW + (HIGH - LOW) * torch.rand(B, ACT, generator=g)
-    return TensorDict(
-        {
-            "observation": torch.randn(B, OBS, generator=g),
-            "action": action,
-            "next": {
-                "observation": torch.randn(B, OBS, generator=g),
-                "reward": torch.randn(B, 1, generator=g),
-                "terminated": term,
-                "truncated": torch.zeros(B, 1, dtype=torch.bool),
-                "done": term.clone(),
-            },
-        },
-        batch_size=[B],
-    )
+    return transitions(B, OBS, N_ACTIONS if discrete else box(LOW, HIGH), seed, terminated=terminated)
 
 
 def nets(m) -> dict[str, list[torch.Tensor]]:
@@ -323,72 +302,6 @@ def test_state_dict_round_trip_keeps_the_same_keys_before_and_after_an_update():
 
 
 # ------------------------------------------------------------------ through the real data path
-class LastOutput(L.Callback):
-    """Keeps the last update's output and the replay's priorities right after it (after UpdateFeedback)."""
-
-    def __init__(self) -> None:
-        self.output = None
-        self.priorities_after = None
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # ``training_step`` returns the update's output, or {"metrics": the round's last output, ...}.
-        output = outputs.get("metrics") if isinstance(outputs, dict) else outputs
-        if output is None:  # a round cut short by the end of the budget
-            return
-        self.output = output.clone()
-        self.priorities_after = trainer.datamodule.replay.sampler._priority.clone()
-
-
-def fit_with_per_and_n_step(tmp_path: Path, experiment: str, gamma: float = 0.9):
-    """A short fit of ``experiment`` with prioritized 3-step replay through the real data module."""
-    cfg = compose(
-        [
-            f"+experiment={experiment}",
-            "logger=none",
-            "device=cpu",
-            "progress_bar=false",
-            "total_frames=600",
-            "collect.frames_per_batch=50",
-            "collect.warmup_frames=200",
-            "collect.updates_per_frame=0.25",
-            "replay.batch_size=32",
-            "replay.prioritized=true",
-            "replay.alpha=0.7",
-            "replay.n_step=3",
-            "algo.hidden_sizes=[32,32]",
-            f"algo.gamma={gamma}",
-            "eval.every_frames=0",
-            "eval.episodes=1",
-            f"run_dir={tmp_path / 'run'}",
-        ]
-    )
-    run = build_run(cfg)
-    recorder = LastOutput()
-    feedback = next(cb for cb in run.trainer.callbacks if isinstance(cb, UpdateFeedback))
-    run.trainer.callbacks.insert(run.trainer.callbacks.index(feedback) + 1, recorder)
-    recorder.rows = ReplayedRows(run.datamodule)
-    run.trainer.fit(run.module, datamodule=run.datamodule)
-    return run, recorder
-
-
-def check_per_and_n_step(run, recorder: LastOutput) -> None:
-    """The replay holds the priorities the last update returned, and 3-step windows that stop at ends."""
-    dm = run.datamodule
-    sampler = dm.replay.sampler
-    index, value = recorder.output["priority", "index"], recorder.output["priority", "value"]
-    assert index.shape == value.shape == (dm.replay_cfg.batch_size,)
-    # Rows drawn twice carry two TD errors (sampled target actions differ): compare rows drawn once.
-    once = (index.unsqueeze(0) == index.unsqueeze(1)).sum(0) == 1
-    torch.testing.assert_close(recorder.priorities_after[index[once]], (value[once] + sampler.eps) ** 0.7)
-    n = len(dm.replay)
-    assert recorder.priorities_after[:n].unique().numel() > 10  # feedback reached the buffer many times
-    rows = recorder.rows.check_stored()  # the replay keeps only the update's keys, unchanged
-    steps = rows["steps_to_next_obs"].reshape(-1)
-    assert steps.min() >= 1 and steps.max() == 3
-    short = steps < 3  # a window shorter than 3 steps ends its episode
-    assert short.any() and rows["next", "done"].reshape(-1)[short].all()
-
-
 @pytest.mark.parametrize("experiment", ["sac_pendulum", "sac_discrete_cartpole"])
 def test_per_and_n_step_through_the_real_replay(tmp_path: Path, experiment: str) -> None:
     gamma = 0.9

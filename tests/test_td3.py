@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.batches import box, transitions
+from helpers.fit import check_per_and_n_step, fit_with_per_and_n_step
 from tensordict import TensorDict
-from test_sac import check_per_and_n_step, fit_with_per_and_n_step
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.base import IncompatibleEnvError
@@ -28,22 +29,7 @@ def make(cls=TD3, **kw):
 
 
 def batch(seed: int = 1, terminated: float = 0.3) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    term = torch.rand(B, 1, generator=g) < terminated
-    return TensorDict(
-        {
-            "observation": torch.randn(B, OBS, generator=g),
-            "action": LOW + (HIGH - LOW) * torch.rand(B, ACT, generator=g),
-            "next": {
-                "observation": torch.randn(B, OBS, generator=g),
-                "reward": torch.randn(B, 1, generator=g),
-                "terminated": term,
-                "truncated": torch.zeros(B, 1, dtype=torch.bool),
-                "done": term.clone(),
-            },
-        },
-        batch_size=[B],
-    )
+    return transitions(B, OBS, box(LOW, HIGH), seed, terminated=terminated)
 
 
 def leaves(params) -> list[torch.Tensor]:

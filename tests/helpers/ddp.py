@@ -1,4 +1,5 @@
-"""A callback that the DDP tests add through the config: every rank saves its parameters at the end."""
+"""A callback that the DDP tests add through the config (``+callbacks.dump._target_=helpers.ddp.ParamDump``,
+with the tests root on ``PYTHONPATH``): every rank saves its parameters at the end."""
 
 from __future__ import annotations
 

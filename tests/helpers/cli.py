@@ -1,4 +1,5 @@
-"""Running the real CLI in a subprocess and reading the MLflow store it writes."""
+"""Running the real CLI in a subprocess and reading the MLflow store it writes; what the CLI tests check
+across a resume (trajectory ids, the rows handed to the replay)."""
 
 from __future__ import annotations
 
