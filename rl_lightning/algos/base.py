@@ -271,7 +271,7 @@ class RLModule(L.LightningModule, ABC):
         9.19 ms, medians alternating in one process). On a GPU they stay where they are: a CUDA-graphed
         update reads and writes them at the addresses it captured (``CudaGraphs``). Both give the same bits:
         every parameter of an optimizer an update steps gets a gradient in that update
-        (``tests/test_clear_grads.py``), so Adam never skips a parameter whose zeroed gradient it would
+        (``tests/algos/test_clear_grads.py``), so Adam never skips a parameter whose zeroed gradient it would
         have stepped.
         """
         set_to_none = self.device.type != "cuda"

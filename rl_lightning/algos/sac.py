@@ -18,7 +18,7 @@ on a CPU cost 40% more than the whole update of ``[256, 256]`` networks (``bench
   ``|TD error|``.
 
 The random draws come in ``SACLoss``'s order (the next actions, then the current ones), so from the same
-weights and seed both give the same losses (``tests/test_sac.py``).
+weights and seed both give the same losses (``tests/algos/test_sac.py``).
 
 One ``update``: the three losses from one forward pass (the actor loss sees detached critics, the critic
 targets are computed without gradients, so one backward gives each optimizer its own gradients), three

@@ -14,7 +14,7 @@ a write removes the overwritten records' keys from the sorted arrays and inserts
 (``searchsorted`` and a copy, no sort), and the runs are cut from the sorted arrays in one vectorised pass.
 The order is the one TorchRL's index computes (records sorted by ``(trajectory, step)``, which are unique),
 so the runs, and the samples drawn from them with a given random state, are TorchRL's
-(``tests/test_replay_slices.py``). Reading the written records, checking them, the revision protocol that
+(``tests/data/test_replay_slices.py``). Reading the written records, checking them, the revision protocol that
 detects writes it was not told about (a full rebuild then) and the sampling itself stay TorchRL's.
 
 Both samplers here (:class:`TrajectorySliceSampler` for adjacent steps, :class:`InterleavedSliceSampler`)
@@ -29,8 +29,8 @@ from every stored trajectory id on each sample: time in proportion to the fill, 
 ``[256 x 3]`` sample at 1M frames, 1.2 ms with the ends kept. :class:`TrajectorySliceSampler` keeps them
 across writes (``_AdjacentEnds``): a write can only change them at and just before its slots, so a sample
 after a write reads a few ids and updates a sorted array of the ends, one per trajectory. The ends, and so
-the samples, are TorchRL's (``tests/test_replay_slices.py`` compares them after every write); anything the
-sampler was not told about rebuilds them from the buffer.
+the samples, are TorchRL's (``tests/data/test_replay_slices.py`` compares them after every write);
+anything the sampler was not told about rebuilds them from the buffer.
 
 On a GPU storage both samplers draw a sample on the host: the ends and runs stay on the CPU, TorchRL's draw
 runs there on them (with the CPU's generator, so the samples are those of the same replay on the CPU), and

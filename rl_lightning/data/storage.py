@@ -10,8 +10,8 @@ several times the copies themselves on a CPU.
 (``leaf[index] = value``, ``leaf[index]``) when the data is a plain ``TensorDict`` with exactly the
 storage's keys, and each entry the dtype, device and trailing shape of its leaf, at a 1-D ``int64`` index
 (or a tuple of one, as ``SliceSampler`` reads its slices):
-the same copies as TorchRL's, so the same contents and samples (``tests/test_replay_storage.py``). Anything
-else (a first write, which allocates the storage; other keys, dtypes or shapes, lazy stacks, slices,
+the same copies as TorchRL's, so the same contents and samples (``tests/data/test_replay_storage.py``).
+Anything else (a first write, which allocates the storage; other keys, dtypes or shapes, lazy stacks, slices,
 multi-dimensional storages) goes to ``LazyTensorStorage`` unchanged. The buffer, its writer, its sampler
 and its checkpoints are TorchRL's own.
 

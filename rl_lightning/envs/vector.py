@@ -82,7 +82,7 @@ def _built(entries: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDi
     """A TensorDict of ``entries``, which the env built itself on the CPU with its specs' shapes and dtypes.
 
     ``TensorDict(entries, batch_size)`` checks every value against the batch size and device, which costs as
-    much as the rest of the step's bookkeeping: these values need no check (``tests/test_vector_env.py``
+    much as the rest of the step's bookkeeping: these values need no check (``tests/envs/test_vector_env.py``
     compares the data with the generic ``EnvBase.step`` path). The device is stated (the env's, the CPU):
     the collector moves every step's data to its storing device, which is free for data already there and
     a walk over every entry for data without a device.

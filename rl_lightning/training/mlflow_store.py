@@ -6,7 +6,7 @@ same empty schema each time for one MLflow version. :func:`prepare_sqlite_store`
 once per MLflow version and schema revision in the user's cache directory, made by MLflow's own
 migrations, and copies it to a store path that does not exist yet. MLflow then opens the copy as an
 existing store: it checks the schema revision and adds its ``Default`` experiment, whose artifact location
-it resolves then, as for a store it made itself (``tests/test_mlflow_store.py`` compares the two).
+it resolves then, as for a store it made itself (``tests/training/test_mlflow_store.py`` compares the two).
 
 Anything that goes wrong on this path (an unwritable cache, a file system without hard links, an MLflow
 whose internals moved) leaves the path as it was, and MLflow makes the store itself.

@@ -1,7 +1,7 @@
 """What the test modules share; a test module imports from here, never from another test module.
 
-``tests/`` is on ``sys.path`` (pytest puts the folder of the root ``conftest.py`` there), so every test
-module imports these as ``helpers.<module>``.
+``pyproject.toml`` puts ``tests/`` on ``sys.path`` (``pythonpath``), so every test folder imports these as
+``helpers.<module>``.
 
 - :mod:`helpers.cli`: the real CLI in a subprocess (``run_cli``, ``interrupt_cli`` for Ctrl-C), the
   ``SMOKE`` overrides, the MLflow store it writes (``mlflow_runs``, ``mlflow_client``), ``TINY_TDMPC2``,

@@ -10,8 +10,8 @@ on that order: keep it.
 - :func:`transition_data`: ``k`` batches and ``k`` sets of observations to act on, shaped for a module
   built from an experiment's config (the callback equivalence fits);
 - :func:`discrete_specs` and :func:`quantile_module`: the specs of a small discrete env and the quantile
-  family's members built on them (C51, Rainbow, QR-DQN, IQN), for ``test_quantile_algos.py`` and
-  ``test_noisy.py``.
+  family's members built on them (C51, Rainbow, QR-DQN, IQN), for ``algos/test_quantile_algos.py`` and
+  ``algos/test_noisy.py``.
 """
 
 from __future__ import annotations

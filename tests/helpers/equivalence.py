@@ -1,5 +1,5 @@
-"""The harness of the callback equivalence tests (``tests/test_callbacks_equivalence*.py``) and
-the cases they share with ``tests/test_clear_grads.py``.
+"""The harness of the callback equivalence tests (``tests/callbacks/test_callbacks_equivalence*.py``) and
+the cases they share with ``tests/algos/test_clear_grads.py``.
 
 - :func:`run`: the module built from an experiment's config with a fixed seed, trained by a real
   ``lightning.Trainer`` on ``K`` fixed batches with the given callbacks; a :class:`Recorder` calls ``act``

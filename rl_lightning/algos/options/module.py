@@ -14,7 +14,7 @@ The math (values, continuation, targets, the termination gradient, selection) an
 TorchRL's ``SACLoss`` does not fit: its critic has no option axis, its target has no continuation
 ``U(s',ω)``, and it has no terminations. The losses are written here with ``SACLoss``'s formulas (MSE
 critic loss summed over the critics, the same tanh-Gaussian sample and score), so that ``K = 1`` with
-``terminations="never"`` gives SAC's update within float rounding (``tests/test_options_module.py``).
+``terminations="never"`` gives SAC's update within float rounding (``tests/algos/test_options_module.py``).
 
 **Acting.** Per env, the active option and its age live in :class:`PerEnvState` buffers (``age = 0``: no
 option yet). ``act`` resets the age where an episode starts, samples the terminations of the active

@@ -8,7 +8,7 @@ moves the projection to the CPU, checks ``isfinite`` with a Python ``if`` and fi
 boolean-mask assignments, so every update synchronizes the host and cannot be captured as a CUDA graph;
 it also always uses double-Q action selection and has no switch for noisy layers. The projection here
 (:func:`~rl_lightning.algos.quantile.math.categorical_projection`) computes the same target with static
-shapes on the device; ``tests/test_quantile_algos.py`` checks that both give the same loss.
+shapes on the device; ``tests/algos/test_quantile_algos.py`` checks that both give the same loss.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 ABSOLUTE = re.compile(r"(?<![\w.~])/(?:work|tmp|root|home|Users|var|private)/")
 
 

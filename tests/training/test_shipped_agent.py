@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers.cli import run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "hockey_agent.json"
 
 

@@ -37,7 +37,7 @@ def test_plot_command_writes_an_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    src = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "dqn_cartpole.json"
+    src = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "dqn_cartpole.json"
     assert main(["plot", f"plot.inputs=[{src}]", "plot.out=out/curves.png"]) == 0
     image = tmp_path / "out" / "curves.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -80,7 +80,7 @@ def test_legends_read_the_labels_given_or_the_run_names(tmp_path: Path, monkeypa
     import matplotlib.pyplot as plt
 
     monkeypatch.chdir(tmp_path)
-    src = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "dqn_cartpole.json"
+    src = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "dqn_cartpole.json"
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
     assert main(["plot", f"plot.inputs=[{src},{src}]", "plot.labels=[DQN seed sweep,again]"]) == 0

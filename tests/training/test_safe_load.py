@@ -16,7 +16,7 @@ from rl_lightning.cli import main
 from rl_lightning.data.safety import UnsafeFileError, check_replay_dir
 from rl_lightning.training.safe_load import CONFIG_KEY, FORMAT_VERSION, check_targets, load_checkpoint
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "legacy"
 MARKER = "pwned_marker"
 
 QUICK = [

@@ -1,6 +1,6 @@
 """The frame budget on its own, without a Trainer: counting, grants, trimming, warm-up, its state.
 
-The seeding burst has its own file (``tests/test_seeding_burst.py``).
+The seeding burst has its own file (``tests/data/test_seeding_burst.py``).
 """
 
 from __future__ import annotations

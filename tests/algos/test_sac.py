@@ -1,6 +1,6 @@
 """SAC and discrete SAC update invariants: critic fixed point, gradient signs, temperature direction,
 target critics moved only by the Polyak rule, n-step discounting, batched and deterministic acting; and
-prioritized n-step replay through the real data path (the pattern of ``tests/test_feedback.py``)."""
+prioritized n-step replay through the real data path (the pattern of ``tests/data/test_feedback.py``)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ TDMPC2_TINY = [
     "algo.iterations=2",
     "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
 ]  # fmt: skip
-#: Experiments whose smoke fit, with checks of their own, is in tests/test_tdmpc2_module.py and (the image
-#: games, +debug=quick with their frame store) tests/test_image_envs.py.
+#: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py and (the
+#: image games, +debug=quick with their frame store) tests/envs/test_image_envs.py.
 SMOKED_ELSEWHERE = {"tdmpc2_pendulum", "tdmpc2_hockey"} | {
     e for e in experiments() if e.endswith(("_minatar", "_atari", "_atari_cpu"))
 }

@@ -2,7 +2,7 @@
 
 ``logger=tensorboard`` (event files), ``logger=csv`` (``metrics.csv`` and ``hparams.yaml``) and
 ``logger=wandb`` (an offline run: no account, no network) each get a 400-frame DQN fit with an evaluation at
-200 and 400 frames through the real CLI; MLflow's records are checked in ``tests/test_cli_runs.py``.
+200 and 400 frames through the real CLI; MLflow's records are checked in ``tests/cli/test_cli_runs.py``.
 """
 
 from __future__ import annotations

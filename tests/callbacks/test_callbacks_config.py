@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 
 import callbacks
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 PRESETS = {"default", "fast"}
 SINGLE = sorted(p.stem for p in (CONF / "callbacks").glob("*.yaml") if p.stem not in PRESETS)
 

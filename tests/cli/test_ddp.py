@@ -17,7 +17,7 @@ from helpers.cli import mlflow_runs, run_cli
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parent
+ROOT, TESTS = Path(__file__).resolve().parents[2], Path(__file__).resolve().parents[1]
 
 DDP = [
     "+experiment=dqn_cartpole", "trainer=ddp", "device=cpu", "progress_bar=false",
@@ -27,7 +27,11 @@ DDP = [
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    """The CLI's environment: the tests root on ``PYTHONPATH`` makes ``helpers.ddp`` importable; the
+    repository comes before it, so that ``callbacks`` is the project's package and not the folder
+    ``tests/callbacks`` (a namespace package there would win over the editable install's finder)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), str(TESTS), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def fit(cwd: Path, *args: str, timeout: float = 300) -> dict:
