@@ -2,7 +2,10 @@
 
 ``callbacks`` is generic (torch + lightning + tensordict) and must not import ``rl_lightning``;
 ``rl_lightning`` must not import ``callbacks`` (it instantiates them from ``_target_`` strings). Because
-``callbacks`` is a generic top-level name, ``import callbacks`` must also resolve to this repository.
+``callbacks`` is a generic top-level name, ``import callbacks`` must also resolve to this repository (the
+test folder ``tests/callbacks`` is on the path too). Inside ``rl_lightning`` there is no import cycle and
+the layers stay in order; and test modules share code through ``tests/helpers/``, never by importing one
+another.
 """
 
 from __future__ import annotations
@@ -168,3 +171,57 @@ def test_algorithms_know_neither_the_data_module_nor_the_training_loop() -> None
     for path in (PACKAGE / "algos").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "datamodule" not in text and "trainer." not in text, f"{path} reaches across the protocol"
+
+
+# ------------------------------------------------------------------------------- tests import helpers only
+def imports_of_test_modules(source: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of every import in ``source`` of a test module (``test_*``) or of ``conftest``:
+    ``import test_x``, ``from test_x import y``, ``from pkg import test_x``, ``importlib.import_module``."""
+
+    def is_test_module(name: str) -> bool:
+        return any(part.startswith("test_") or part == "conftest" for part in name.split("."))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            names = (
+                [module] if is_test_module(module) else [f"{module}.{a.name}".lstrip(".") for a in node.names]
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        found += [(node.lineno, name) for name in names if is_test_module(name)]
+    return sorted(found)
+
+
+def test_the_check_finds_imports_of_test_modules() -> None:
+    source = (
+        "import test_a\nfrom test_b import x\nfrom . import test_c\nfrom conftest import y\n"
+        "import importlib\nimportlib.import_module('test_d')\nfrom helpers.fit import K\nimport helpers.cli\n"
+    )
+    assert imports_of_test_modules(source) == [
+        (1, "test_a"), (2, "test_b"), (3, "test_c"), (4, "conftest"), (6, "test_d"),
+    ]  # fmt: skip
+
+
+def test_no_test_module_imports_another() -> None:
+    """A test module that imports another runs the other's module-level code (fixtures, collection hooks,
+    its own imports) and ties two files together; what they share belongs in ``tests/helpers/``."""
+    tests = sorted((ROOT / "tests").rglob("test_*.py"))
+    assert len(tests) > 50 and any(path.parent != ROOT / "tests" for path in tests)
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: imports {name}"
+        for path in tests
+        for line, name in imports_of_test_modules(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == [], "import from tests/helpers/ instead:\n" + "\n".join(offenders)

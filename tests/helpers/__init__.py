@@ -1,7 +1,7 @@
 """What the test modules share; a test module imports from here, never from another test module.
 
 ``pyproject.toml`` puts ``tests/`` on ``sys.path`` (``pythonpath``), so every test folder imports these as
-``helpers.<module>``.
+``helpers.<module>``; ``tests/test_layering.py`` checks that no test module imports another.
 
 - :mod:`helpers.cli`: the real CLI in a subprocess (``run_cli``, ``interrupt_cli`` for Ctrl-C), the
   ``SMOKE`` overrides, the MLflow store it writes (``mlflow_runs``, ``mlflow_client``), ``TINY_TDMPC2``,
