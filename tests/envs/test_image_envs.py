@@ -16,7 +16,7 @@ from torchrl.data import Bounded, Unbounded
 
 from rl_lightning.cli import experiments, main
 from rl_lightning.envs.factory import EnvConfig, check_env_id, make_env
-from rl_lightning.envs.images import MissingExtraError
+from rl_lightning.envs.images import AtariFrames, MissingExtraError, area_weights
 from rl_lightning.envs.vector import GymVecEnv
 from rl_lightning.nn.encoders import FlatEncoder, ImageEncoder, make_encoder
 
@@ -46,17 +46,54 @@ def test_atari_frames_follow_the_protocol():
     (single,) = {type(e.unwrapped).__name__ for e in env.envs}
     assert single == "AtariEnv"
     base = env.envs[0].unwrapped
-    assert base._frameskip == 1  # AtariPreprocessing repeats the action (4 frames) and max-pools
+    assert base._frameskip == 1  # AtariFrames repeats the action (4 frames) and max-pools
     assert base.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
     wrapper = env.envs[0]
-    while not isinstance(wrapper, gym.wrappers.AtariPreprocessing):
+    while not isinstance(wrapper, AtariFrames):
         wrapper = wrapper.env
-    assert wrapper.frame_skip == 4 and wrapper.noop_max == 0 and not wrapper.terminal_on_life_loss
+    assert wrapper.frame_skip == 4
     td = env.reset()
     obs = td.get("observation")
     assert obs.dtype == torch.uint8
     assert torch.equal(obs[:, 0], obs[:, 3])  # the first observation of an episode is its frame repeated
     env.close()
+
+
+@pytest.mark.parametrize("game", ["ALE/Breakout-v5", "ALE/SpaceInvaders-v5"])
+def test_atari_frames_are_gymnasiums_atari_preprocessing_to_rounding(game: str):
+    """The same steps through AtariFrames and gymnasium's AtariPreprocessing (OpenCV's area resize), with
+    noop_max=0 and episodes to game over: the same rewards and ends, frames within 1 of 255 on a pixel."""
+    pytest.importorskip("cv2")
+    kwargs = {"frameskip": 1, "repeat_action_probability": 0.25}
+    ours = AtariFrames(gym.make(game, **kwargs))
+    theirs = gym.wrappers.AtariPreprocessing(
+        gym.make(game, **kwargs), noop_max=0, terminal_on_life_loss=False
+    )
+    a, _ = ours.reset(seed=3)
+    b, _ = theirs.reset(seed=3)
+    rng = np.random.default_rng(0)
+    gaps, ends = [np.abs(a.astype(int) - b)], 0
+    for _ in range(400):
+        action = int(rng.integers(ours.action_space.n))
+        a, reward_a, term_a, trunc_a, _ = ours.step(action)
+        b, reward_b, term_b, trunc_b, _ = theirs.step(action)
+        assert (reward_a, term_a, trunc_a) == (reward_b, term_b, trunc_b)
+        gaps.append(np.abs(a.astype(int) - b))
+        if term_a or trunc_a:
+            ends += 1
+            a, _ = ours.reset()
+            b, _ = theirs.reset()
+    gaps = np.stack(gaps)
+    assert gaps.max() <= 1 and (gaps > 0).mean() < 1e-3
+    assert a.shape == (84, 84) and a.dtype == np.uint8
+
+
+def test_the_area_resize_averages_each_output_over_its_share_of_the_input():
+    weights = area_weights(210, 84)  # 2.5 input rows per output row
+    assert np.allclose(weights.sum(1), 1.0)
+    assert np.allclose(weights[0, :3], [0.4, 0.4, 0.2]) and not weights[0, 3:].any()
+    assert np.allclose(weights[1, 2:5], [0.2, 0.4, 0.4])
+    assert np.allclose(area_weights(6, 3), np.kron(np.eye(3), [0.5, 0.5]))  # an integer ratio: plain means
 
 
 def test_minatar_grids_are_channels_first_uint8():
