@@ -127,6 +127,18 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         ["+experiment=sac_pendulum", "bench.frames=1500", *HOST],
         ["+experiment=sac_pendulum", "bench.frames=400", "algo.hidden_sizes=[64,64]", *HOST],
     ),
+    # DQN from Atari frames (8 envs, the Nature network) with its replay of 1M transitions on the GPU, each
+    # frame stored once: peak_mem_mb holds the frame ring's 7.3 GiB, allocated at the start.
+    "dqn_atari": (
+        ["+experiment=dqn_atari", "bench.frames=8192", "collect.warmup_frames=2048", "bench.act_calls=50"],
+        [
+            "+experiment=dqn_atari_cpu",
+            "bench.frames=600",
+            "collect.warmup_frames=200",
+            "bench.act_calls=5",
+            "bench.variants=[fused_optimizer]",
+        ],
+    ),
     "dqn_host_replay": (
         ["+experiment=dqn_cartpole", "bench.frames=4096", *HOST],
         ["+experiment=dqn_cartpole", "bench.frames=2048", "collect.frames_per_batch=128", *HOST],
@@ -184,7 +196,8 @@ PLAN_STEPS = {
 #: measured the plan and its side-stream candidate; the 8-env bench's ``fast`` variant did not finish in the
 #: 230 s left after its eager baseline, so it now runs first, without the baseline (its eager figure is
 #: known: 20 to 31 frames/s), then compile's autotuning candidate, then SAC and DQN with their replay in host
-#: memory, blocking against non-blocking copies of the samples. A bench step is ``("bench", algo,
+#: memory, blocking against non-blocking copies of the samples, then DQN from Atari frames with its replay of
+#: 1M transitions on the device (frames/s and device memory). A bench step is ``("bench", algo,
 #: variants, optional, overrides)``. Each step starts only with its minimum time left (``PLAN_MIN_S``,
 #: ``BENCH_MIN_S``, the parts step's 150 s); a step left out is reported as not run, not as a failure.
 BUDGETED: tuple[tuple, ...] = (
@@ -193,6 +206,7 @@ BUDGETED: tuple[tuple, ...] = (
     ("plan", "plan_autotune"),
     ("bench", "sac_host_replay", ["non_blocking"], True, []),
     ("bench", "dqn_host_replay", ["non_blocking"], True, []),
+    ("bench", "dqn_atari", ["fast"], True, []),
     ("plan", "plan_default"),
     ("overlap",),
     ("bench", "tdmpc2", ["fast"], True, ["bench.baseline=false"]),

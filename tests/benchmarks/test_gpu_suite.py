@@ -301,7 +301,7 @@ def test_budgeted_run_measures_by_priority_until_the_budget_is_spent(suite, tmp_
     assert result["budget_s"] == 480.0 and result["device_name"] == "NVIDIA H100 80GB HBM3"
     not_run = [k for k, s in result["steps"].items() if s["status"] == "not run: --budget spent"]
     assert not_run == [
-        "bench_sac_host_replay", "bench_dqn_host_replay", "plan_default", "replay_overlap", "bench_tdmpc2",
-        "tdmpc2_parts", "bench_sac",
+        "bench_sac_host_replay", "bench_dqn_host_replay", "bench_dqn_atari", "plan_default", "replay_overlap",
+        "bench_tdmpc2", "tdmpc2_parts", "bench_sac",
     ]  # fmt: skip
     assert not any(k in " ".join(result["failed"]) for k in ("plan_default", "overlap", "parts", "sac"))
