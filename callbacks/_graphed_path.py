@@ -79,6 +79,8 @@ class GraphedPath:
         self.max_graphs = max_graphs
         self.entries: dict[tuple, _Entry] = {}
         self.graphs_captured = 0
+        #: Calls answered by replaying a captured graph (the capture's own replay not counted).
+        self.graph_replays = 0
         self.eager_fallbacks = 0
 
     def __call__(self, td: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
@@ -154,6 +156,7 @@ class GraphedPath:
         if entry.steps_per_call:
             self.add_steps(entry.steps_per_call)
         entry.calls += 1
+        self.graph_replays += 1
         return self._result(entry, td)
 
     @staticmethod

@@ -55,7 +55,8 @@ class CudaGraphs(HotPathCallback):
 
     On CPU this is a no-op with a one-time notice.
 
-    Metrics: none.
+    Metrics: none; ``graphs_captured`` and ``graph_replays`` count what it did (the calls answered by a
+    replay are the evidence that the graphs ran, not only that results are equal).
 
     Args:
         warmup: eager calls per path and input signature before capture (>= 1; use >= 3 after
@@ -78,6 +79,7 @@ class CudaGraphs(HotPathCallback):
         self._selected: tuple[str, ...] = ()
         self._graphed: dict[str, GraphedPath] = {}
         self._captured_before = 0
+        self._replays_before = 0
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -168,8 +170,14 @@ class CudaGraphs(HotPathCallback):
         """Graphs captured by this callback so far, over all paths and fits."""
         return self._captured_before + sum(g.graphs_captured for g in self._graphed.values())
 
+    @property
+    def graph_replays(self) -> int:
+        """Hot-path calls answered by replaying a captured graph, over all paths and fits."""
+        return self._replays_before + sum(g.graph_replays for g in self._graphed.values())
+
     def _restore(self, pl_module: pl.LightningModule) -> None:
         restore_hot_paths(pl_module, self)
         # Dropping the GraphedPath objects releases the graphs and their memory pools.
         self._captured_before = self.graphs_captured
+        self._replays_before = self.graph_replays
         self._graphed.clear()

@@ -40,7 +40,10 @@ from helpers.equivalence import (
     DQN,
     TDMPC2,
     Result,
+    assert_autocast,
+    assert_compiled,
     assert_direct_steps_match,
+    assert_fused,
     assert_matches,
     change_agreement,
     compile_run,
@@ -62,7 +65,9 @@ def dqn_reference() -> Result:
 
 
 def test_dqn_fused_optimizer_matches(dqn_reference: Result) -> None:
-    assert_matches(dqn_reference, run(DQN, dqn_data, [FusedOptimizer()]), exact_actions=True)
+    fused = run(DQN, dqn_data, [FusedOptimizer()])
+    assert_matches(dqn_reference, fused, exact_actions=True)
+    assert_fused(dqn_reference, fused)
 
 
 def test_dqn_direct_steps_match(dqn_reference: Result) -> None:
@@ -70,11 +75,14 @@ def test_dqn_direct_steps_match(dqn_reference: Result) -> None:
 
 
 def test_dqn_compile_matches(dqn_reference: Result) -> None:
-    assert_matches(dqn_reference, compile_run(DQN, dqn_data), exact_actions=True)
+    compiled = compile_run(DQN, dqn_data)
+    assert_matches(dqn_reference, compiled, exact_actions=True)
+    assert_compiled(dqn_reference, compiled)
 
 
 def test_dqn_bf16_close(dqn_reference: Result) -> None:
     ref, low = dqn_reference, run(DQN, dqn_data, [MixedPrecision("bf16")])
+    assert_autocast(ref, low)
     assert metrics_rel_diff(ref, low, step=0, keys=["loss", "grad_norm"]) < BF16_FIRST_LOSS
     assert relative_change_error(ref, low) < BF16_REL
     same = torch.cat([a == b for a, b in zip(ref.actions, low.actions)]).float().mean().item()
@@ -92,7 +100,9 @@ def tdmpc2_reference() -> Result:
 
 
 def test_tdmpc2_fused_optimizer_matches(tdmpc2_reference: Result) -> None:
-    assert_matches(tdmpc2_reference, run(TDMPC2, tdmpc2_data, [FusedOptimizer()]), exact_actions=False)
+    fused = run(TDMPC2, tdmpc2_data, [FusedOptimizer()])
+    assert_matches(tdmpc2_reference, fused, exact_actions=False)
+    assert_fused(tdmpc2_reference, fused)
 
 
 def test_tdmpc2_direct_steps_match(tdmpc2_reference: Result) -> None:
@@ -100,11 +110,14 @@ def test_tdmpc2_direct_steps_match(tdmpc2_reference: Result) -> None:
 
 
 def test_tdmpc2_compile_matches(tdmpc2_reference: Result) -> None:
-    assert_matches(tdmpc2_reference, compile_run(TDMPC2, tdmpc2_data), exact_actions=False)
+    compiled = compile_run(TDMPC2, tdmpc2_data)
+    assert_matches(tdmpc2_reference, compiled, exact_actions=False)
+    assert_compiled(tdmpc2_reference, compiled)
 
 
 def test_tdmpc2_bf16_close(tdmpc2_reference: Result) -> None:
     ref, low = tdmpc2_reference, run(TDMPC2, tdmpc2_data, [MixedPrecision("bf16")])
+    assert_autocast(ref, low)
     # The world-model losses; the policy's entropy terms sum bf16 log-probabilities (about 10% off).
     world_model = ["consistency_loss", "reward_loss", "value_loss", "total_loss", "grad_norm"]
     for step in range(K):  # every update starts from the bf16 run's own parameters

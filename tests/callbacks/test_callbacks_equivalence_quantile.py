@@ -73,6 +73,7 @@ def test_cuda_graphs_match_eager(name: str) -> None:
     other = run_gpu(EXPERIMENTS[name], [graphs])
     # update (AC-IQN: critic-only and full) and act on the training observations.
     assert graphs.graphs_captured == (3 if name == "aciqn" else 2)
+    assert graphs.graph_replays > 0  # the positive control: calls were answered by graph replays
     assert_close_runs(ref, other, atol=1e-4)
 
 
@@ -91,4 +92,5 @@ def test_cuda_graphs_after_compile_match_compile(name: str) -> None:
     ref = run_gpu(EXPERIMENTS[name], [TorchCompile(mode="default")])
     other = run_gpu(EXPERIMENTS[name], [TorchCompile(mode="default"), graphs])
     assert graphs.graphs_captured == (3 if name == "aciqn" else 2)
+    assert graphs.graph_replays > 0  # the positive control: calls were answered by graph replays
     assert_close_runs(ref, other, atol=1e-4)

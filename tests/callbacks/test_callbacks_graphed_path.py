@@ -100,7 +100,7 @@ def test_warmup_capture_replay_results_and_python_calls(fake_cuda) -> None:
         assert torch.equal(out["y"], torch.full((3,), 2.0 * i)), f"call {i}"
     # Two warm-up calls and one capture run Python; the three replays do not.
     assert fn.python_calls == 3
-    assert graphed.graphs_captured == 1
+    assert graphed.graphs_captured == 1 and graphed.graph_replays == 3
     # Every call took one step, replays included: the counter matches an eager run.
     assert fn.steps == 6
 

@@ -111,7 +111,10 @@ def test_compile_rejects_bad_flags() -> None:
 def compiled_fit():
     callback = TorchCompile(mode="default")
     logger = MemoryLogger()
+    torch._dynamo.reset()  # nothing cached from an earlier test: the fit compiles its own frames
+    before = torch._dynamo.utils.counters["frames"]["ok"]
     module, _, _ = fit_toy([callback], logger=logger)
+    callback.frames_compiled = torch._dynamo.utils.counters["frames"]["ok"] - before
     return callback, module, logger
 
 
@@ -125,8 +128,13 @@ def test_compile_restores_hot_paths(compiled_fit) -> None:
     assert_restored(module)
 
 
-def test_compile_logs_compile_time(compiled_fit) -> None:
+def test_compile_compiles_and_logs_compile_time(compiled_fit) -> None:
     callback, _, logger = compiled_fit
+    # The positive control: dynamo compiled frames (a first call's wall time alone is positive eagerly too).
+    assert callback.frames_compiled > 0
+    eager_before = torch._dynamo.utils.counters["frames"]["ok"]
+    fit_toy([])
+    assert torch._dynamo.utils.counters["frames"]["ok"] == eager_before  # and without the callback, none
     assert callback.compile_s > 0
     logged = logger.values("time/compile_s")
     assert logged and logged[-1] == pytest.approx(callback.compile_s)
@@ -189,6 +197,8 @@ def test_cuda_graphs_match_eager_on_gpu() -> None:
     module, _, trainer = fit_toy([callback], **kwargs)
     eager, _, eager_trainer = fit_toy(**kwargs)
     assert callback.graphs_captured == 2  # update and act
+    # 12 updates and 12 act calls, each path 3 warm-up calls and a capture: the rest are replays.
+    assert callback.graph_replays == 2 * (12 - 4)
     assert_state_close(module, {k: v.cpu() for k, v in eager.state_dict().items()}, atol=1e-5)
     # Replays run no Python: the callback keeps Lightning's optimizer-step count right.
     assert trainer.global_step == eager_trainer.global_step

@@ -4,7 +4,8 @@ the cases they share with ``tests/algos/test_clear_grads.py``.
 - :func:`run`: the module built from an experiment's config with a fixed seed, trained by a real
   ``lightning.Trainer`` on ``K`` fixed batches with the given callbacks; a :class:`Recorder` calls ``act``
   on fixed observations after every update. It returns a :class:`Result`: the parameters before and after,
-  the actions and every update's metrics.
+  the actions, every update's metrics, and the :class:`Evidence` that each optimization acted (positive
+  controls: an equal result alone is also what an optimization that did nothing gives).
 - Comparisons of two results: :func:`assert_matches` (float32 rounding, or bit for bit),
   :func:`assert_close_runs` (on a device), :func:`assert_direct_steps_match`, and the measures
   :func:`max_abs_diff`, :func:`relative_change_error`, :func:`change_agreement`, :func:`metrics_rel_diff`;
@@ -19,10 +20,11 @@ the cases they share with ``tests/algos/test_clear_grads.py``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import lightning as L
 import pytest
@@ -89,11 +91,76 @@ class Recorder(L.Callback):
 
 
 @dataclass
+class Evidence:
+    """What a fit did besides its results, seen from outside the callbacks (the positive controls).
+
+    Attributes:
+        compiled_frames: frames dynamo compiled during the fit (``torch._dynamo.utils.counters``).
+        dtypes: how many floating-point outputs of each dtype the module's submodules returned during the
+            updates and ``act`` calls (forward hooks on every submodule: ``ReLUMLP`` calls its layers'
+            functions directly, so the MLP's own output is what shows autocast).
+        fused: ``fused`` of every parameter group of every optimizer of the fit.
+    """
+
+    compiled_frames: int = 0
+    dtypes: Counter = field(default_factory=Counter)
+    fused: list[Any] = field(default_factory=list)
+
+
+class EvidenceRecorder(L.Callback):
+    """Collects :class:`Evidence` during a fit; listed first, so its hooks are in place before the others'
+    ``on_fit_start`` wraps the hot paths."""
+
+    def __init__(self) -> None:
+        self.evidence = Evidence()
+        self._frames_before = 0
+        self._hooks: list[Any] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Code an earlier fit in this process compiled (the same class's hot path) would be reused from
+        # dynamo's cache without compiling a frame: every fit starts from an empty cache.
+        torch._dynamo.reset()
+        self._frames_before = torch._dynamo.utils.counters["frames"]["ok"]
+
+        def seen(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.is_floating_point():
+                self.evidence.dtypes[output.dtype] += 1
+
+        self._hooks = [m.register_forward_hook(seen) for m in pl_module.modules() if m is not pl_module]
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self.evidence.compiled_frames = torch._dynamo.utils.counters["frames"]["ok"] - self._frames_before
+        self.evidence.fused = [g.get("fused") for opt in trainer.optimizers for g in opt.param_groups]
+
+
+@dataclass
 class Result:
     before: dict[str, torch.Tensor]  # parameters and buffers before the fit
     after: dict[str, torch.Tensor]  # ... and after it
     actions: list[torch.Tensor]  # act after each update
     metrics: list[TensorDictBase]  # what each update returned (losses, gradient norms)
+    evidence: Evidence  # what the fit did besides its results
+
+
+def assert_fused(ref: Result, other: Result) -> None:
+    """``FusedOptimizer`` acted: every parameter group of ``other``'s optimizers is fused, none of ``ref``'s
+    (the control without the callback)."""
+    assert other.evidence.fused and all(f is True for f in other.evidence.fused), other.evidence.fused
+    assert ref.evidence.fused and not any(ref.evidence.fused), ref.evidence.fused
+
+
+def assert_compiled(ref: Result, other: Result) -> None:
+    """``TorchCompile`` acted: dynamo compiled frames in ``other``'s fit and none in ``ref``'s."""
+    assert other.evidence.compiled_frames > 0
+    assert ref.evidence.compiled_frames == 0
+
+
+def assert_autocast(ref: Result, other: Result, dtype: torch.dtype = torch.bfloat16) -> None:
+    """``MixedPrecision`` acted: submodules returned ``dtype`` in ``other``'s fit and never in ``ref``'s."""
+    assert other.evidence.dtypes[dtype] > 0, other.evidence.dtypes
+    assert ref.evidence.dtypes[dtype] == 0 and ref.evidence.dtypes[torch.float32] > 0, ref.evidence.dtypes
 
 
 def run(
@@ -110,7 +177,7 @@ def run(
     module = build_module(cfg, env_config(cfg))
     batches, observations = make_data(module, k=updates)
     before = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    recorder = Recorder(observations)
+    recorder, evidence = Recorder(observations), EvidenceRecorder()
     trainer = L.Trainer(
         accelerator="cpu" if device == "cpu" else "gpu",
         devices=1,
@@ -120,14 +187,14 @@ def run(
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        callbacks=[*callbacks, recorder],
+        callbacks=[evidence, *callbacks, recorder],
     )
     torch.manual_seed(1)
     with torch._inductor.config.patch(fallback_random=True):
         trainer.fit(module, train_dataloaders=FixedBatches(batches))
     after = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     assert len(recorder.actions) == len(recorder.metrics) == updates
-    return Result(before, after, recorder.actions, recorder.metrics)
+    return Result(before, after, recorder.actions, recorder.metrics, evidence.evidence)
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -259,6 +326,7 @@ class FamilyEquivalence:
     def test_fused_optimizer_matches(self, name: str) -> None:
         other = run(self.EXPERIMENTS[name], self.make_data, [FusedOptimizer()])
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+        assert_fused(self.reference(name), other)
 
     def test_direct_steps_match(self, name: str) -> None:
         assert_direct_steps_match(self.reference(name), self.EXPERIMENTS[name], self.make_data)
@@ -266,14 +334,17 @@ class FamilyEquivalence:
     def test_compiled_act_matches(self, name: str) -> None:
         other = run(self.EXPERIMENTS[name], self.make_data, [TorchCompile(mode="default", paths=["act"])])
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+        assert_compiled(self.reference(name), other)
 
     @pytest.mark.slow
     def test_compile_matches(self, name: str) -> None:
         other = compile_run(self.EXPERIMENTS[name], self.make_data)
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
+        assert_compiled(self.reference(name), other)
 
     def test_bf16_close(self, name: str) -> None:
         ref, low = self.reference(name), run(self.EXPERIMENTS[name], self.make_data, [MixedPrecision("bf16")])
+        assert_autocast(ref, low)
         assert metrics_rel_diff(ref, low, step=0, keys=[self.loss_key(name)]) < BF16_FIRST_LOSS
         cosine, signs = change_agreement(ref, low)
         assert cosine > self.BF16.cosine and signs > self.BF16.signs, (cosine, signs)
