@@ -9,8 +9,10 @@ data; this process keeps their weights in step.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,15 @@ from rl_lightning.data.ray_collect import check_ray_installed, make_ray_collecto
 from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.envs.factory import EnvConfig, make_env, make_gym_env
 
-__all__ = ["CollectConfig", "Collection", "Policy", "WorkerPolicy", "call_training_envs", "start_collection"]
+__all__ = [
+    "CollectConfig",
+    "Collection",
+    "Policy",
+    "WorkerPolicy",
+    "call_training_envs",
+    "start_collection",
+    "unobserved",
+]
 
 
 @dataclass
@@ -121,6 +131,23 @@ def _rebuild_worker_policy(
     return WorkerPolicy(module)
 
 
+@contextlib.contextmanager
+def unobserved(module: torch.nn.Module) -> Iterator[None]:
+    """Whatever ``module.act`` does inside leaves no trace: its random draws and its buffers are set back.
+
+    TorchRL's collector calls its policy once on a made-up step to size its buffers. ``act`` would draw
+    random numbers there (shifting the run's random streams at every collector start, so that a resumed run,
+    which starts a collector the uninterrupted run did not, would draw other numbers) and write per-env
+    state (a warm-start plan, the active option) from that step.
+    """
+    devices = [module.device] if module.device.type == "cuda" else []
+    buffers = [(b, b.clone()) for b in module.buffers()]
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        yield
+        for buffer, saved in buffers:
+            buffer.copy_(saved)
+
+
 @dataclass
 class Collection:
     """A live collector and what the data path needs to know of it."""
@@ -173,11 +200,12 @@ def start_collection(
         env = make_env(env_cfg, seed=seed, train=True)
         for method, kwargs in env_calls.items():  # before the collector's first reset
             env.call_gym_envs(method, **kwargs)
-        collector = Collector(
-            env, Policy(module, copies), frames_per_batch=cfg.frames_per_batch, total_frames=-1,
-            init_random_frames=random_frames, storing_device="cpu", env_device="cpu", policy_device="cpu",
-            trust_policy=True, track_traj_ids=track_traj_ids, return_same_td=True,
-        )  # fmt: skip
+        with unobserved(module):  # the collector's probe of the policy leaves no trace
+            collector = Collector(
+                env, Policy(module, copies), frames_per_batch=cfg.frames_per_batch, total_frames=-1,
+                init_random_frames=random_frames, storing_device="cpu", env_device="cpu", policy_device="cpu",
+                trust_policy=True, track_traj_ids=track_traj_ids, return_same_td=True,
+            )  # fmt: skip
         # The data path stores named keys only, so the private ("_"-prefixed) ones need no filtering.
         skip_private_key_filter(collector)
         if next_traj_id:
