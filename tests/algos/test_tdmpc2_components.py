@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -573,3 +574,122 @@ def test_cpu_mish_matches_torch_mish_and_its_gradient() -> None:
     expected.sum().backward()
     torch.testing.assert_close(x.grad, ref.grad, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(x.grad).all()
+
+
+# ---------------------------------------------------------------- losses against a hand computation
+def _symlog(x: float) -> float:
+    return math.copysign(math.log1p(abs(x)), x)
+
+
+def _symexp(x: float) -> float:
+    return math.copysign(math.expm1(abs(x)), x)
+
+
+def _two_hot(x: float, bins: int, vmin: float, vmax: float) -> list[float]:
+    """The two-hot vector of ``x``: symlog, clipped, its mass split between the two nearest bins."""
+    pos = (min(max(_symlog(x), vmin), vmax) - vmin) / ((vmax - vmin) / (bins - 1))
+    low = min(math.floor(pos), bins - 2)
+    out = [0.0] * bins
+    out[low], out[low + 1] = 1 - (pos - low), pos - low
+    return out
+
+
+def _ce(logits: Tensor, target: float, bins: int, vmin: float, vmax: float) -> float:
+    """Cross-entropy of one row of bin logits against the two-hot ``target``, in float64."""
+    log_p = torch.log_softmax(logits.double(), -1).tolist()
+    return -sum(w * lp for w, lp in zip(_two_hot(target, bins, vmin, vmax), log_p))
+
+
+def _decoded(logits: Tensor, bins: int, vmin: float, vmax: float) -> float:
+    """``symexp`` of the expected bin centre under ``softmax(logits)``."""
+    p = torch.softmax(logits.double(), -1).tolist()
+    centres = [vmin + i * (vmax - vmin) / (bins - 1) for i in range(bins)]
+    return _symexp(sum(pi * c for pi, c in zip(p, centres)))
+
+
+def _perturbed_model() -> WorldModel:
+    """An episodic model whose zero-initialised heads are moved, so every term carries values."""
+    model = small_model(episodic=True).eval()  # eval: no Q dropout, so the heads are deterministic
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in [*model.parameters(), *model.target_q_nets.parameters()]:
+            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return model
+
+
+def test_model_loss_matches_a_hand_computation() -> None:
+    """Each term of the world-model loss, recomputed scalar by scalar in float64 from the networks' outputs:
+    the rho-weighted latent consistency, the two-hot reward and value cross-entropies (the value's target
+    the TD target with the minimum of two random target heads at pi's action), the termination BCE, and
+    their weighted sum."""
+    model, horizon, batch = _perturbed_model(), 2, 3
+    data = random_batch(horizon, batch, terminated=True)
+    loss_fn = TDMPC2Loss(discount=0.9, rho=0.5)
+    torch.manual_seed(11)
+    out = loss_fn.model_loss(model, data)
+
+    bins = (model.num_bins, model.vmin, model.vmax)
+    rho = [0.5**t for t in range(horizon)]
+    with torch.no_grad():
+        next_z = model.encode(data.obs[1:])  # [H, B, latent]
+        torch.manual_seed(11)  # the same draws as the loss: pi's action noise, then the two heads
+        next_action = model.pi(next_z).action
+        heads = torch.rand(model.num_q).argsort()[:2].tolist()
+        target_logits = model.Q(next_z, next_action, return_type="all", target=True)
+        zs = [model.encode(data.obs[0])]
+        for t in range(horizon):
+            zs.append(model.next(zs[-1], data.action[t]))
+        reward_logits = [model.reward(zs[t], data.action[t]) for t in range(horizon)]
+        q_logits = [model.Q(zs[t], data.action[t], return_type="all") for t in range(horizon)]
+        term_logits = [model.termination_logits(zs[t + 1]) for t in range(horizon)]
+    consistency = reward_loss = value_loss = termination = 0.0
+    for t in range(horizon):
+        sq = ((zs[t + 1].double() - next_z[t].double()) ** 2).mean().item()
+        consistency += rho[t] * sq / horizon
+        for b in range(batch):
+            r, done = data.reward[t, b, 0].item(), data.terminated[t, b, 0].item()
+            q_next = min(_decoded(target_logits[h, t, b], *bins) for h in heads)
+            target = r + 0.9 * (1 - done) * q_next
+            reward_loss += rho[t] * _ce(reward_logits[t][b], r, *bins) / (batch * horizon)
+            for h in range(model.num_q):
+                value_loss += rho[t] * _ce(q_logits[t][h, b], target, *bins) / (batch * horizon * model.num_q)
+            x, y = term_logits[t][b, 0].double().item(), done
+            termination += (max(x, 0) - x * y + math.log1p(math.exp(-abs(x)))) / (batch * horizon)
+    expected = {
+        "consistency_loss": consistency,
+        "reward_loss": reward_loss,
+        "value_loss": value_loss,
+        "termination_loss": termination,
+        "total_loss": 20 * consistency + 0.1 * reward_loss + 0.1 * value_loss + 1.0 * termination,
+    }
+    for key, value in expected.items():
+        assert out.metrics[key].item() == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert out.loss.item() == pytest.approx(expected["total_loss"], rel=1e-5)
+
+
+def test_policy_loss_matches_a_hand_computation() -> None:
+    """``mean_t rho^t mean_B -(entropy_coef * H + Q / S)``, with Q the mean of two random online heads at
+    pi's action and S the running scale after its update from the first step's Q."""
+    model, steps, batch = _perturbed_model(), 3, 4
+    loss_fn = TDMPC2Loss(discount=0.9, rho=0.5, entropy_coef=0.3)
+    zs = model.encode(torch.randn(steps, batch, OBS, generator=torch.Generator().manual_seed(5))).detach()
+    loss_fn.scale.value.fill_(4.0)  # a scale of several returns, which the update then moves a little
+    torch.manual_seed(13)
+    loss, _ = loss_fn.policy_loss(model, zs)
+    scale = loss_fn.scale.value.item()
+    with torch.no_grad():
+        torch.manual_seed(13)
+        pi = model.pi(zs)
+        heads = torch.rand(model.num_q).argsort()[:2].tolist()
+        logits = model.Q(zs, pi.action, return_type="all")
+    bins = (model.num_bins, model.vmin, model.vmax)
+    expected = 0.0
+    for t in range(steps):
+        per_step = 0.0
+        for b in range(batch):
+            q = sum(_decoded(logits[h, t, b], *bins) for h in heads) / 2
+            entropy = -pi.log_prob[t, b, 0].double().item()
+            per_step += -(0.3 * entropy + q / scale) / batch
+        expected += 0.5**t * per_step / steps
+    assert 1.0 < scale < 4.0  # the update moved it: the division by the updated scale is checked
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
