@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rl_lightning.algos.options import OPTION_AGE_KEY, OPTION_KEY, SACOptions
+from rl_lightning.algos.options import math as om
 from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
 from rl_lightning.cli import compose
@@ -184,14 +185,38 @@ def test_metrics_carry_the_option_figures() -> None:
     assert 0 <= out["options/entropy_high"] <= torch.log(torch.tensor(float(K))) + 1e-5
 
 
-def test_prioritized_update_returns_one_priority_per_row() -> None:
-    m = make()
-    data = batch()
-    data["priority_weight"] = torch.rand(B)
-    data["index"] = torch.arange(B)
+@pytest.mark.parametrize("discrete", [False, True])
+def test_priorities_are_each_rows_td_error_averaged_over_the_options(discrete: bool) -> None:
+    """A row's new priority is the mean over the options of the larger critic's ``|Q_e(s, a, w) - y(w)|``,
+    with the targets ``y(w) = r + gamma (1 - d) U(s', w)`` of the update itself (the same random draws),
+    under the row's own replay index; the importance weights change the loss, not the priorities."""
+    m = make(discrete=discrete)
+    data = batch(discrete=discrete)
+    data["priority_weight"] = torch.rand(B, generator=torch.Generator().manual_seed(4)) + 0.5
+    data["index"] = torch.randperm(B, generator=torch.Generator().manual_seed(5)) + 1000
+    with torch.no_grad():
+        torch.manual_seed(9)  # the update's first draws: the soft values at the next states
+        next_obs = data["next", "observation"]
+        beta = m._termination_probs(next_obs)
+        q_next, _ = m._soft_values(next_obs, m.target_critic, detach=False, alpha=m._alpha())
+        v_next = om.option_state_value(q_next, m._option_probs(q_next))
+        y = om.critic_targets(
+            data["next", "reward"], data["next", "terminated"], m.hparams.gamma,
+            om.continuation_value(q_next, v_next, beta),
+        )  # fmt: skip
+        if discrete:
+            q_all = m.critic(data["observation"])  # [E, B, K, n]
+            q_pred = torch.stack([q_all[:, b, :, int(data["action"][b])] for b in range(B)], 1)
+        else:
+            q_pred = m.critic(data["observation"], m.actions.from_env(data["action"]))  # [E, B, K]
+    expected = [
+        sum(max(abs(q_pred[e, b, w] - y[b, w]).item() for e in range(q_pred.shape[0])) for w in range(K)) / K
+        for b in range(B)
+    ]
+    torch.manual_seed(9)
     out = m.update(data)
-    assert out["priority", "index"].shape == out["priority", "value"].shape == (B,)
-    assert (out["priority", "value"] >= 0).all()
+    assert torch.equal(out["priority", "index"], data["index"])
+    torch.testing.assert_close(out["priority", "value"], torch.tensor(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_rejects_bad_arguments_and_export() -> None:
@@ -361,9 +386,9 @@ def test_fit_logs_option_metrics_in_mlflow_and_resumes(tmp_path: Path) -> None:
     # All four optimizers came back and carried on to the data path's update count.
     for opt in resumed["optimizer_states"]:
         assert all(float(s["step"]) == dm1["updates"] for s in opt["state"].values())
-    # The usage window came back too: it holds the acting steps of both parts of the run
-    # (plus the collector's probe call when each part starts, see above).
-    assert resumed["state_dict"]["usage.count"] == 500 - 100 + 2
+    # The usage window came back too: it holds the acting steps of both parts of the run, and nothing of
+    # the collector's probe of the policy when each part starts (data.collection.unobserved).
+    assert resumed["state_dict"]["usage.count"] == 500 - 100
     (run,) = mlflow_runs(tmp_path)
     client = mlflow_client(tmp_path)
     for key in ("options/usage_min", "options/duration_mean", "options/termination_prob", "train/alpha"):
