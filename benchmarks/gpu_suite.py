@@ -6,8 +6,8 @@
 
 ``--budgeted`` is the run prepared for a lent GPU machine (15 minutes of device time, its start included):
 the steps of ``BUDGETED`` in priority order within 8 minutes (``BUDGETED_S``): ``pytest -m gpu``, the
-figures still open (TD-MPC2's plan as ``fast`` runs it against its candidates, with their kernels; the
-replay-overlap step; hockey TD-MPC2 with 8 envs per plan), then the rest of the tracked figures. A step
+figures still open (hockey TD-MPC2 with 8 envs per plan; TD-MPC2's plan as ``fast`` runs it against
+compile's autotuning, with their kernels), then the rest of the tracked figures. A step
 starts only with its minimum time left; what the budget leaves out is reported as not run, not as a
 failure. The sections below describe the default order.
 
@@ -15,9 +15,6 @@ Steps, each a subprocess with its own time limit:
 
 1. ``pytest -m gpu``: the tests that need CUDA (every optimization callback's equivalence on the GPU, the
    replay buffer on the device, CUDA graphs and compile of each algorithm's hot paths).
-   Then, on CUDA with TD-MPC2 among ``--algos``, ``benchmarks/replay_overlap.py`` (about 20 s): TD-MPC2's
-   slice samples while the device runs stand-in updates, the index drawn on the host against on the device,
-   and a collection's samples drawn at once.
 2. ``python -m rl_lightning bench`` for TD-MPC2 (``tdmpc2_hockey``; ``tdmpc2_8envs``: the same with 8 envs
    per plan), SAC (``sac_pendulum``) and DQN (``dqn_cartpole``): first the variants of the tracked figures
    (``TRACKED``), then the rest of each ablation (each optimization alone and the ``fast`` preset against
@@ -173,12 +170,11 @@ GOALS = {
 
 
 #: The plan-latency steps: ``benchmarks/tdmpc2_plan_latency.py`` on TD-MPC2's plan as ``fast`` runs it (5M
-#: model, one env, TF32, compiled and CUDA-graphed; ``separate``: the planner as it is) against the candidates
-#: toward the 1.5 ms goal: the rollout's reward and termination heads on side streams (``streams``), and
-#: compile's ``max-autotune-no-cudagraphs`` (which times Triton kernels against cuBLAS's for each product),
-#: each variant's kernels profiled; ``plan_default`` times the eager plan too (the speedup's reference).
-_PLAN = ["tdmpc2_plan_latency.py", "--devices", "cuda", "--sizes", "5M", "--precisions", "tf32", "--heads",
-         "separate", "streams", "--blocks", "3", "--calls", "60", "--warmup", "5", "--kernels"]  # fmt: skip
+#: model, one env, TF32, compiled and CUDA-graphed) against the candidate toward the 1.5 ms goal, compile's
+#: ``max-autotune-no-cudagraphs`` (which times Triton kernels against cuBLAS's for each product), each
+#: variant's kernels profiled; ``plan_default`` times the eager plan too (the speedup's reference).
+_PLAN = ["tdmpc2_plan_latency.py", "--devices", "cuda", "--sizes", "5M", "--precisions", "tf32",
+         "--calls", "60", "--warmup", "5", "--kernels"]  # fmt: skip
 PLAN_STEPS = {
     "plan_default": [*_PLAN, "--variants", "eager", "compiled_graphs"],
     "plan_autotune": [
@@ -193,8 +189,9 @@ PLAN_STEPS = {
 #: 10-minute device call; about 2 more go to the machine's start and the wheels). The GPU tests first, then
 #: the figures still open, then the rest of the tracked figures; a figure another issue needs on a GPU goes
 #: in here, by its priority. The first budgeted run (an H100, ``gpu_suite_nvidia_h100_80gb_hbm3.json``)
-#: measured the plan and its side-stream candidate; the 8-env bench's ``fast`` variant did not finish in the
-#: 230 s left after its eager baseline, so it now runs first, without the baseline (its eager figure is
+#: measured the plan, a side-stream candidate for it and the replay overlap (both settled since:
+#: docs/benchmarks.md); the 8-env bench's ``fast`` variant did not finish in the 230 s left after its
+#: eager baseline, so it now runs first, without the baseline (its eager figure is
 #: known: 20 to 31 frames/s), then compile's autotuning candidate, then SAC and DQN with their replay in host
 #: memory, blocking against non-blocking copies of the samples, then DQN from Atari frames with its replay of
 #: 1M transitions on the device (frames/s and device memory). A bench step is ``("bench", algo,
@@ -208,7 +205,6 @@ BUDGETED: tuple[tuple, ...] = (
     ("bench", "dqn_host_replay", ["non_blocking"], True, []),
     ("bench", "dqn_atari", ["fast"], True, []),
     ("plan", "plan_default"),
-    ("overlap",),
     ("bench", "tdmpc2", ["fast"], True, ["bench.baseline=false"]),
     ("parts",),
     ("bench", "sac", ["fast"], True, []),
@@ -220,8 +216,8 @@ PLAN_MIN_S = 60.0  # the compiled plan alone compiles in about 30 s on an H200
 #: (slower cores: the plan alone 43 s against 33 s), after its process starts and its random frames.
 BENCH_MIN_S = 200.0
 
-#: The TD-MPC2 benches: the replay-overlap step runs when one is among ``--algos``, and ``--profile``
-#: samples their processes with py-spy; ``PROFILE_TOP``: how many functions a profile's summary lists.
+#: The TD-MPC2 benches, whose processes ``--profile`` samples with py-spy; ``PROFILE_TOP``: how many
+#: functions a profile's summary lists.
 TDMPC2_BENCHES = ("tdmpc2", "tdmpc2_8envs")
 PROFILE_TOP = 30
 #: py-spy's frame for a sampled process or one of its parents (``--subprocesses``), with its command line.
@@ -340,12 +336,11 @@ def plan_rows(steps: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plan_candidates(plans: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"<variant> <compile mode> <heads>": {ms_median, ms_ratio_to_separate, kernels_per_plan,
-    kernel_ms_per_plan}}`` of the plan-latency steps' rows (the compile mode ``-`` for eager)."""
-    keep = ("ms_median", "ms_ratio_to_separate", "kernels_per_plan", "kernel_ms_per_plan", "compile_s")
+    """``{"<variant> <compile mode>": {ms_median, kernels_per_plan, kernel_ms_per_plan, compile_s}}`` of the
+    plan-latency steps' rows (the compile mode ``-`` for eager; a row with an error keeps its error)."""
+    keep = ("ms_median", "kernels_per_plan", "kernel_ms_per_plan", "compile_s", "error")
     return {
-        f"{r['variant']} {r.get('compile_mode') or '-'} {r['heads']}": {k: r[k] for k in keep if k in r}
-        for r in plans
+        f"{r['variant']} {r.get('compile_mode') or '-'}": {k: r[k] for k in keep if k in r} for r in plans
     }
 
 
@@ -362,8 +357,8 @@ def tracked_figures(
     if candidates:
         figures["tdmpc2_plan_candidates"] = candidates
         # The planner as it is, timed alone: the figure when the bench has none.
-        for variant, key in (("baseline", "eager - separate"), ("fast", "compiled_graphs default separate")):
-            if key in candidates and tdmpc2.get(variant, {}).get("act_ms") is None:
+        for variant, key in (("baseline", "eager -"), ("fast", "compiled_graphs default")):
+            if "ms_median" in candidates.get(key, {}) and tdmpc2.get(variant, {}).get("act_ms") is None:
                 tdmpc2.setdefault(variant, {})["act_ms"] = candidates[key]["ms_median"]
                 figures.setdefault("tdmpc2_plan_from_latency_benchmark", []).append(variant)
 
@@ -462,15 +457,6 @@ def printed_rows(output: str) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)]
 
 
-def overlap_step(
-    steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list
-) -> None:
-    """Step 1b: ``replay_overlap.py``: TD-MPC2's slice samples while the device runs stand-in updates, the
-    index drawn on the host (as the samplers do) against on the device (as before), and a collection's samples
-    drawn at once (as training draws them), with 1 and 8 envs."""
-    script_step(steps, "replay_overlap", ["replay_overlap.py"], workdir, env, limit, failed, min_s=30)
-
-
 def parts_step(steps: dict[str, Any], workdir: Path, env: dict[str, str], limit: float, failed: list) -> None:
     """Step 4: ``fit_parts.py --sync`` of hockey TD-MPC2 with ``fast``: ms per frame of each part."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "fit_parts.py"), *PARTS_ARGS, "--out", str(workdir)]
@@ -537,13 +523,12 @@ def bench_verdict(
 def schedule(
     algos: list[str], variants: list[str] | None, cuda: bool, skip_tests: bool, budgeted: bool
 ) -> list[tuple]:
-    """The suite's steps in the order they run: ``("tests",)``, ``("overlap",)``, ``("plan", name)``,
+    """The suite's steps in the order they run: ``("tests",)``, ``("plan", name)``,
     ``("bench", algo, variants, optional[, overrides])`` and ``("parts",)``.
 
     Budgeted (``--budgeted``): ``BUDGETED`` in its priority order, its benches limited to ``algos``.
-    Otherwise the tests, on CUDA the replay overlap (with a TD-MPC2 bench among ``algos``), then
-    ``bench_plan``'s benches with the parts step before the first optional one (or last) when ``tdmpc2`` is
-    among them on CUDA.
+    Otherwise the tests, then ``bench_plan``'s benches with the parts step before the first optional one
+    (or last) when ``tdmpc2`` is among them on CUDA.
     """
     if budgeted:
         return [
@@ -551,8 +536,6 @@ def schedule(
             if not (step[0] == "tests" and skip_tests) and not (step[0] == "bench" and step[1] not in algos)
         ]  # fmt: skip
     steps: list[tuple] = [] if skip_tests else [("tests",)]
-    if cuda and set(TDMPC2_BENCHES) & set(algos):
-        steps.append(("overlap",))
     parts_due = cuda and "tdmpc2" in algos
     for algo, names, optional in bench_plan(algos, variants, cuda):
         if optional and parts_due:
@@ -703,8 +686,6 @@ def main() -> int:
     for kind, *rest in schedule(algos, variants, cuda, args.skip_tests, args.budgeted):
         if kind == "tests":
             tests_step()
-        elif kind == "overlap":
-            overlap_step(steps, workdir, env, left(90), failed)
         elif kind == "plan":
             name = rest[0]
             limit = left(args.timeout)

@@ -77,10 +77,10 @@ class UpdateRound:
     sample) the round's ``n`` samples are drawn in one call of ``n * batch_size`` rows and split: the same
     distribution as ``n`` calls, since the buffer does not change within a round, at a fraction of the
     cost (one index draw and one gather instead of ``n``: a quarter for uniform samples, a third for
-    TD-MPC2's slices with 8 envs, ``benchmarks/replay_overlap.py``). A replay in host memory sends the
-    round's rows to the module's device in one copy before the first update, so with non-blocking copies
-    the later samples arrive while the earlier updates run. Prioritized samples are drawn one by one: each
-    must see the priorities of the update before it.
+    TD-MPC2's slices with 8 envs, ``benchmarks/results/replay_overlap_cpu.json``). A replay in host memory
+    sends the round's rows to the module's device in one copy before the first update, so with non-blocking
+    copies the later samples arrive while the earlier updates run. Prioritized samples are drawn one by one:
+    each must see the priorities of the update before it.
     """
 
     def __init__(self, stream: ExperienceStream, n: int) -> None:

@@ -159,25 +159,6 @@ def test_the_parts_step_reads_fit_parts_ms_per_frame(suite, tmp_path: Path, monk
     assert steps["tdmpc2_parts"]["status"] == "failed: no results" and len(failed) == 1
 
 
-def test_replay_overlap_runs_every_variant_on_the_cpu(tmp_path) -> None:
-    """``replay_overlap.py`` (the suite's step on CUDA) runs its CPU path: each variant's samples, with one
-    env and with interleaved envs, and writes what it measured."""
-    out = tmp_path / "overlap.json"
-    sizes = ["--fill", "600", "--batch", "48", "--load-ms", "0.2", "--cycles", "2", "--blocks", "1"]
-    script = str(BENCHMARKS / "replay_overlap.py")
-    subprocess.run(
-        [sys.executable, script, "--device", "cpu", *sizes, "--out", str(out)], check=True, timeout=300
-    )
-    results = json.loads(out.read_text())["results"]
-    assert [(r["num_envs"], r["sampler"]) for r in results] == [
-        (1, "TrajectorySliceSampler"), (8, "InterleavedSliceSampler")
-    ]  # fmt: skip
-    for r in results:
-        assert r["fill"] >= 600
-        assert set(r["ms_per_update"]) == set(r["ms_per_sample_idle"]) == {"host", "device", "round"}
-        assert all(v > 0 for v in r["ms_per_update"].values())
-
-
 def test_profile_summary_per_variant_without_warm_up(suite, tmp_path) -> None:
     """``--profile``'s summary of py-spy's raw stacks: one entry per bench variant process (named from its
     spec's folder), stacks under compilation or imports counted apart, and each function's share of the
@@ -213,7 +194,7 @@ def test_profile_summary_per_variant_without_warm_up(suite, tmp_path) -> None:
 def test_the_default_schedule_keeps_its_order(suite) -> None:
     algos = list(suite.DEFAULT_ALGOS)
     steps = suite.schedule(algos, None, cuda=True, skip_tests=False, budgeted=False)
-    assert steps[:2] == [("tests",), ("overlap",)]
+    assert steps[0] == ("tests",)
     kinds = [s[0] for s in steps]
     # The parts step comes after the required benches and before the first optional one.
     first_optional = next(i for i, s in enumerate(steps) if s[0] == "bench" and s[3])
@@ -238,19 +219,24 @@ def test_the_budgeted_schedule_puts_tests_then_the_open_figures_first(suite) -> 
 
 def test_plan_candidates_give_the_plan_figures_without_the_bench(suite) -> None:
     rows = [
-        {"variant": "eager", "compile_mode": None, "heads": "separate", "ms_median": 30.0},
-        {"variant": "compiled_graphs", "compile_mode": "default", "heads": "separate", "ms_median": 2.0,
+        {"variant": "eager", "compile_mode": None, "ms_median": 30.0},
+        {"variant": "compiled_graphs", "compile_mode": "default", "ms_median": 2.0,
          "kernels_per_plan": 400.0, "kernel_ms_per_plan": 1.7},
-        {"variant": "compiled_graphs", "compile_mode": "default", "heads": "streams", "ms_median": 1.4,
-         "ms_ratio_to_separate": 0.7},
+        {"variant": "compiled_graphs", "compile_mode": "max-autotune-no-cudagraphs", "ms_median": 1.4,
+         "compile_s": 90.0},
     ]  # fmt: skip
     figures = suite.tracked_figures({}, cuda=True, plans=rows)
-    assert figures["tdmpc2_plan_candidates"]["compiled_graphs default streams"] == {
-        "ms_median": 1.4, "ms_ratio_to_separate": 0.7
+    assert figures["tdmpc2_plan_candidates"]["compiled_graphs max-autotune-no-cudagraphs"] == {
+        "ms_median": 1.4, "compile_s": 90.0
     }  # fmt: skip
-    assert figures["tdmpc2_plan_graphed_ms"] == 2.0  # the planner as it is, not the candidate
+    assert figures["tdmpc2_plan_graphed_ms"] == 2.0  # compile's default mode, as fast runs it
     assert figures["tdmpc2_plan_graphed_speedup"] == pytest.approx(15.0)
     assert figures["tdmpc2_plan_from_latency_benchmark"] == ["baseline", "fast"]
+    # A variant that failed keeps its error and gives no figure.
+    failed = [rows[0], {"variant": "compiled_graphs", "compile_mode": "default", "error": "RuntimeError()"}]
+    figures = suite.tracked_figures({}, cuda=True, plans=failed)
+    assert figures["tdmpc2_plan_candidates"]["compiled_graphs default"] == {"error": "RuntimeError()"}
+    assert figures["tdmpc2_plan_graphed_ms"] == "not measured"
     # The bench's own figure wins where it ran.
     benches = {"tdmpc2": bench(baseline={"act_ms": 40.0}, fast={"act_ms": 2.2})}
     assert suite.tracked_figures(benches, cuda=True, plans=rows)["tdmpc2_plan_graphed_ms"] == 2.2
@@ -258,13 +244,13 @@ def test_plan_candidates_give_the_plan_figures_without_the_bench(suite) -> None:
 
 def test_a_stopped_script_step_keeps_the_rows_it_printed(suite, tmp_path: Path, monkeypatch) -> None:
     def run_step(name, cmd, timeout_s, env, log):
-        log.write_text('compiling\n{"variant": "eager", "heads": "separate", "ms_median": 30.0}\n{"trunc')
+        log.write_text('compiling\n{"variant": "eager", "ms_median": 30.0}\n{"trunc')
         return {"command": " ".join(cmd), "status": f"timed out after {timeout_s:.0f} s"}
 
     monkeypatch.setattr(suite, "run_step", run_step)
     steps, failed = {}, []
     suite.script_step(steps, "plan_autotune", ["x.py"], tmp_path, {}, 100.0, failed, 60.0, optional=True)
-    assert steps["plan_autotune"]["results"] == [{"variant": "eager", "heads": "separate", "ms_median": 30.0}]
+    assert steps["plan_autotune"]["results"] == [{"variant": "eager", "ms_median": 30.0}]
     assert steps["plan_autotune"]["status"].startswith("stopped by --budget") and failed == []
     suite.script_step(steps, "plan_default", ["x.py"], tmp_path, {}, 100.0, failed, 60.0)
     assert failed == ["plan_default: timed out after 100 s"]
@@ -301,7 +287,7 @@ def test_budgeted_run_measures_by_priority_until_the_budget_is_spent(suite, tmp_
     assert result["budget_s"] == 480.0 and result["device_name"] == "NVIDIA H100 80GB HBM3"
     not_run = [k for k, s in result["steps"].items() if s["status"] == "not run: --budget spent"]
     assert not_run == [
-        "bench_sac_host_replay", "bench_dqn_host_replay", "bench_dqn_atari", "plan_default", "replay_overlap",
-        "bench_tdmpc2", "tdmpc2_parts", "bench_sac",
+        "bench_sac_host_replay", "bench_dqn_host_replay", "bench_dqn_atari", "plan_default", "bench_tdmpc2",
+        "tdmpc2_parts", "bench_sac",
     ]  # fmt: skip
-    assert not any(k in " ".join(result["failed"]) for k in ("plan_default", "overlap", "parts", "sac"))
+    assert not any(k in " ".join(result["failed"]) for k in ("plan_default", "parts", "sac"))
