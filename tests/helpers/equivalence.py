@@ -98,7 +98,8 @@ class Evidence:
         compiled_frames: frames dynamo compiled during the fit (``torch._dynamo.utils.counters``).
         dtypes: how many floating-point outputs of each dtype the module's submodules returned during the
             updates and ``act`` calls (forward hooks on every submodule: ``ReLUMLP`` calls its layers'
-            functions directly, so the MLP's own output is what shows autocast).
+            functions directly, so the MLP's own output is what shows autocast); calls inside compiled code
+            are not counted.
         fused: ``fused`` of every parameter group of every optimizer of the fit.
     """
 
@@ -123,6 +124,10 @@ class EvidenceRecorder(L.Callback):
         self._frames_before = torch._dynamo.utils.counters["frames"]["ok"]
 
         def seen(module: torch.nn.Module, args: Any, output: Any) -> None:
+            # Left out of compiled code: traced, the count would be a guard that fails at every call, and
+            # each update would compile again (measured: TD3's compile test took 52 s instead of 12).
+            if torch.compiler.is_compiling():
+                return
             if isinstance(output, torch.Tensor) and output.is_floating_point():
                 self.evidence.dtypes[output.dtype] += 1
 
