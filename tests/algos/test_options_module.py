@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers.cli import SMOKE, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import SMOKE, mlflow_client, mlflow_runs, run_main
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
@@ -374,11 +374,11 @@ def test_fit_logs_option_metrics_in_mlflow_and_resumes(tmp_path: Path) -> None:
         "collect.warmup_frames=100", "collect.updates_per_frame=0.5", "checkpoint.every_frames=100",
         "env.eval_num_envs=2",
     )  # fmt: skip
-    first = run_cli(tmp_path, *args, "total_frames=300")
+    first = run_main(tmp_path, *args, "total_frames=300")
     assert first.returncode == 0, first.stderr[-3000:]
     (last,) = tmp_path.glob("runs/sac_options_pendulum/*/checkpoints/last.ckpt")
     saved = torch.load(last, weights_only=True)
-    second = run_cli(tmp_path, *args, "total_frames=500", "ckpt_path=last")
+    second = run_main(tmp_path, *args, "total_frames=500", "ckpt_path=last")
     assert second.returncode == 0, second.stderr[-3000:]
     resumed = torch.load(last, weights_only=True)
     dm0, dm1 = (next(v for k, v in c.items() if k.endswith("RLDataModule")) for c in (saved, resumed))

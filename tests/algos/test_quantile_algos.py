@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers.batches import EPS0, N_ACTIONS, OBS_DIM, discrete_specs, transitions
 from helpers.batches import quantile_module as make
-from helpers.cli import SMOKE, ReplayedRows, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import ReplayedRows
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
@@ -459,51 +459,3 @@ def test_n_step_and_per_through_the_real_replay_buffer(experiment: str, tmp_path
     match = (stored_p.unsqueeze(1) - expected.unsqueeze(0)).abs() <= 1e-5 * expected.unsqueeze(0)
     assert (match & (index.unsqueeze(1) == index.unsqueeze(0))).any(1).all()
     assert recorder.priorities_after[: len(dm.replay)].unique().numel() > 20
-
-
-# ------------------------------------------------------------------------------------- resume through the CLI
-RESUME = {
-    "iqn_cartpole": SMALL["iqn_cartpole"],
-    "aciqn_pendulum": [*SMALL["aciqn_pendulum"], "algo.policy_delay=2"],
-}
-
-
-def _dm_state(ckpt: dict) -> dict:
-    return next(v for k, v in ckpt.items() if k.endswith("RLDataModule"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("experiment", sorted(RESUME))
-def test_resume_through_the_cli_continues_updates_optimizers_and_the_mlflow_run(
-    experiment: str, tmp_path
-) -> None:
-    args = (
-        "fit", f"+experiment={experiment}", "device=cpu", "collect.frames_per_batch=64",
-        "collect.warmup_frames=128", "checkpoint.every_frames=256", *SMOKE, *RESUME[experiment],
-    )  # fmt: skip
-    first = run_cli(tmp_path, *args, "total_frames=512")
-    assert first.returncode == 0, first.stderr[-3000:]
-    (last,) = tmp_path.glob(f"runs/{experiment}/*/checkpoints/last.ckpt")
-    saved = torch.load(last, weights_only=False)
-    updates_first = _dm_state(saved)["updates"]
-    second = run_cli(tmp_path, *args, "total_frames=1024", "ckpt_path=last")
-    assert second.returncode == 0, second.stderr[-3000:]
-    resumed = torch.load(last, weights_only=False)
-    dm = _dm_state(resumed)
-    assert dm["frames"] == 1024 and dm["updates"] > updates_first
-    steps = [[float(s["step"]) for s in opt["state"].values()] for opt in resumed["optimizer_states"]]
-    if experiment.startswith("aciqn"):
-        # The host counter that schedules the actor came back: the critics stepped at every update, the actor
-        # at every second one, across the resume.
-        assert resumed["aciqn_updates"] == dm["updates"]
-        assert set(steps[1]) == {dm["updates"]} and set(steps[0]) == {dm["updates"] // 2}
-    else:
-        assert int(resumed["state_dict"]["num_updates"]) == dm["updates"]
-        assert set(steps[0]) == {dm["updates"]}
-        # The target network is saved with the module and was not reset by the resume.
-        assert any(k.startswith("target.") for k in resumed["state_dict"])
-    (run,) = mlflow_runs(tmp_path)  # the same MLflow run, continued
-    history = mlflow_client(tmp_path).get_metric_history(run.info.run_id, "eval/return_mean")
-    assert sorted(m.step for m in history) == [512, 1024]
-    loss = "train/loss_qvalue" if experiment.startswith("aciqn") else "train/loss"
-    assert loss in run.data.metrics and "train/q_mean" in run.data.metrics

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.batches import box, transitions
-from helpers.cli import SMOKE, mlflow_client, mlflow_runs, run_cli
 from helpers.fit import check_per_and_n_step, fit_with_per_and_n_step
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -311,46 +310,3 @@ def test_per_and_n_step_through_the_real_replay(tmp_path: Path, experiment: str)
         stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
         steps = stored["steps_to_next_obs"].reshape(-1).float()
         torch.testing.assert_close(stored["next", "reward"].reshape(-1), (1 - gamma**steps) / (1 - gamma))
-
-
-# ------------------------------------------------------------------ through the CLI: MLflow metrics, resume
-FAMILY = {
-    "sac_pendulum": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
-    "sac_discrete_cartpole": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
-    "sac_hockey": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
-    "td3_pendulum": {"loss_qvalue", "loss_actor", "q_mean"},
-    "ddpg_pendulum": {"loss_qvalue", "loss_actor", "q_mean"},
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("experiment", sorted(FAMILY))
-def test_fit_logs_the_losses_against_frames_and_resumes(tmp_path: Path, experiment: str) -> None:
-    args = (
-        "fit", f"+experiment={experiment}", "device=cpu", *SMOKE, "log_every_n_updates=10",
-        "algo.hidden_sizes=[32,32]", "replay.batch_size=32", "collect.frames_per_batch=20",
-        "collect.warmup_frames=100", "collect.updates_per_frame=0.5", "checkpoint.every_frames=100",
-        "env.eval_num_envs=2",
-    )  # fmt: skip
-    first = run_cli(tmp_path, *args, "total_frames=300")
-    assert first.returncode == 0, first.stderr[-3000:]
-    (last,) = tmp_path.glob(f"runs/{experiment}/*/checkpoints/last.ckpt")
-    saved = torch.load(last, weights_only=True)
-    second = run_cli(tmp_path, *args, "total_frames=500", "ckpt_path=last")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming from" in second.stdout
-    resumed = torch.load(last, weights_only=True)
-    dm0, dm1 = (next(v for k, v in c.items() if k.endswith("RLDataModule")) for c in (saved, resumed))
-    assert dm0["frames"] == 300 and dm1["frames"] == 500 and dm1["updates"] > dm0["updates"]
-    # Optimizers and the update schedule came back and carried on: Adam's critic step count and TD3's
-    # actor-schedule counter continue from the saved ones to the data path's update count.
-    critic_steps = [float(s["step"]) for s in resumed["optimizer_states"][1]["state"].values()]
-    assert critic_steps and all(s == dm1["updates"] for s in critic_steps)
-    if experiment.startswith(("td3", "ddpg")):
-        assert saved["actor_critic_updates"] == dm0["updates"]
-        assert resumed["actor_critic_updates"] == dm1["updates"]
-    (run,) = mlflow_runs(tmp_path)  # one MLflow run, continued, with the losses against frames
-    client = mlflow_client(tmp_path)
-    for key in FAMILY[experiment]:
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, f"train/{key}")]
-        assert steps and max(steps) <= 500 and any(s > 300 for s in steps), key

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import run_cli
+from helpers.cli import run_main
 from helpers.equivalence import (
     BF16_ACTIONS,
     BF16_COSINE_TDMPC2,
@@ -157,7 +157,7 @@ def callback_state(ckpt: dict, name: str) -> dict:
 
 @pytest.mark.slow
 def test_callback_state_survives_resume_through_the_cli(tmp_path: Path) -> None:
-    first = run_cli(tmp_path, *RESUME, "total_frames=256")
+    first = run_main(tmp_path, *RESUME, "total_frames=256")
     assert first.returncode == 0, first.stderr[-3000:]
     (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
     saved = torch.load(last, weights_only=True)
@@ -166,7 +166,7 @@ def test_callback_state_survives_resume_through_the_cli(tmp_path: Path) -> None:
     assert compile_s > 0 and updates > 0
     assert saved["optimizer_states"][0]["param_groups"][0]["fused"] is True
 
-    second = run_cli(tmp_path, *RESUME, "total_frames=384", "ckpt_path=last")
+    second = run_main(tmp_path, *RESUME, "total_frames=384", "ckpt_path=last")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from" in second.stdout
     resumed = torch.load(last, weights_only=True)

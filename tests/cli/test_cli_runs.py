@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli, run_main
 from omegaconf import OmegaConf
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from rl_lightning.cli import experiments, main
+from rl_lightning.cli import experiments
 from rl_lightning.cli.fit import EXPERIMENT_KIND_TAG, NOT_LOGGED, training_params
 
 pytestmark = pytest.mark.slow
@@ -36,9 +36,7 @@ def summary(proc) -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(set(experiments()) - SMOKED_ELSEWHERE))
-def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
+def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(name: str, tmp_path: Path):
     frames = 300
     overrides = [
         f"+experiment={name}",
@@ -49,7 +47,7 @@ def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(
         # The curriculum opens with 81-step drills: one env (not 4) finishes episodes within 300 frames.
         *(["env.num_envs=1"] if name.endswith("_curriculum") else []),
     ]
-    out = summary(run_cli(tmp_path, "fit", *overrides, f"total_frames={frames}"))
+    out = summary(run_main(tmp_path, "fit", *overrides, f"total_frames={frames}"))
     assert out["frames"] == frames and out["updates"] > 0
     assert "eval/return_mean" in out
     (run,) = mlflow_runs(tmp_path)
@@ -73,12 +71,16 @@ def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(
     assert {"eval/return_mean", "eval/return_std", "train/episode_return", "train/episode_length"} <= metrics
     history = client.get_metric_history(run.info.run_id, "eval/return_mean")
     assert history[-1].step == out["frames"]  # metrics are logged against environment frames
-    # The checkpoint loads safely and evaluates, and the run resumes from it.
-    monkeypatch.chdir(tmp_path)
-    assert main(["evaluate", f"ckpt={out['last_ckpt']}", "episodes=1", "logger=none"]) == 0
-    assert main(["fit", *overrides, "logger=none", f"total_frames={frames + 100}", "ckpt_path=last"]) == 0
-    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # The checkpoint loads safely and evaluates, and the run resumes from it into the same MLflow run, whose
+    # training metrics go on past the frames of the first part.
+    evaluated = run_main(tmp_path, "evaluate", f"ckpt={out['last_ckpt']}", "episodes=1", "logger=none")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    resumed = summary(run_main(tmp_path, "fit", *overrides, f"total_frames={frames + 100}", "ckpt_path=last"))
     assert resumed["frames"] == frames + 100 and resumed["run_dir"] == out["run_dir"]
+    (run,) = mlflow_runs(tmp_path)
+    history = client.get_metric_history(run.info.run_id, "eval/return_mean")
+    assert sorted(m.step for m in history) == [frames, frames + 100]
+    assert any(m.step > frames for m in client.get_metric_history(run.info.run_id, "train/episodes"))
 
 
 def read_replay(path: Path) -> TensorDictReplayBuffer:

@@ -1,8 +1,10 @@
-"""Running the real CLI in a subprocess and reading the MLflow store it writes; what the CLI tests check
-across a resume (trajectory ids, the rows handed to the replay)."""
+"""Running the real CLI (in a subprocess, or in this process) and reading the MLflow store it writes; what
+the CLI tests check across a resume (trajectory ids, the rows handed to the replay)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -31,6 +33,19 @@ def run_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Completed
         timeout=timeout,
         env=env,
     )
+
+
+def run_main(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``rl_lightning.cli.main(ARGS)`` in this process with ``cwd`` as the working directory; returns what
+    :func:`run_cli` returns. The same code path without a new interpreter, whose imports (torch, Lightning,
+    TorchRL, MLflow) cost several seconds a run: for tests of what a run does, not of the process (exit on
+    a signal, a fresh install, the import graph), which keep :func:`run_cli`."""
+    from rl_lightning.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(["rl_lightning", *args], code, out.getvalue(), err.getvalue())
 
 
 def interrupt_cli(

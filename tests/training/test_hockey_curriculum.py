@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers.cli import run_cli
+from helpers.cli import run_main
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
@@ -450,7 +450,7 @@ def test_self_play_needs_an_exportable_policy() -> None:
 
 # ------------------------------------------------------------------------------------------ the CLI
 @pytest.mark.slow
-def test_cli_run_through_the_curriculum_into_self_play(tmp_path: Path) -> None:
+def test_cli_run_through_the_curriculum_into_self_play(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     stage_frames = [f"callbacks.hockey_curriculum.stages.{i}.frames=100" for i in range(4)]
     args = [
         "fit",
@@ -460,9 +460,11 @@ def test_cli_run_through_the_curriculum_into_self_play(tmp_path: Path) -> None:
         *stage_frames,
         "callbacks.hockey_curriculum.snapshot_every_frames=100",
     ]
-    proc = run_cli(tmp_path, *args)
+    proc = run_main(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    switches = re.findall(r"curriculum: stage (\d) \((.+?)\) at (\d+) frames", proc.stdout + proc.stderr)
+    # In this process the notices go to the logging capture rather than to the streams.
+    said = proc.stdout + proc.stderr + caplog.text
+    switches = re.findall(r"curriculum: stage (\d) \((.+?)\) at (\d+) frames", said)
     assert [(int(i), name) for i, name, _ in switches] == [
         (1, "defence"), (2, "weak"), (3, "weak+strong"), (4, "self-play")
     ]  # fmt: skip
