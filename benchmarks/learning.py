@@ -1,26 +1,36 @@
-"""Learning benchmark over a table: experiments, frames, seeds and the published figures to compare with.
+"""Learning benchmark over a table: experiments, frames, seeds, thresholds and the figures to compare with.
 
 Each entry of a suite is one experiment with its overrides. Per seed it runs ``python -m rl_lightning fit``
 through the real CLI in a work directory of its own (MLflow store included), reads back what the run logged
-and evaluates the last checkpoint on ``--final-episodes`` new episodes:
+and evaluates a checkpoint (the last one, or ``best.ckpt``) on new episodes:
 
 - ``train_last100``: the mean return of the last 100 training episodes before the budget (the exploring
   policy; the statistic of the MinAtar paper's curves, a 100-episode moving average);
 - ``train_mean``: the mean return of all training episodes of the run (Dopamine's per-iteration figure:
   "Revisiting Rainbow" plots it per million frames);
-- ``eval_curve`` (``eval/return_mean`` against frames), ``final_eval`` (the last checkpoint, greedy), wall
-  time and frames/s.
+- ``eval_curve`` (``eval/return_mean`` against frames, the run's own evaluations), ``final_eval`` (the
+  entry's checkpoint, greedy, over its ``final_episodes``; ``final_evaluation`` holds every figure that
+  evaluation printed where it printed more than the return: hockey's win/loss/draw per opponent), wall time
+  and frames/s;
+- with a ``threshold``: ``first_reached_at_frames`` (the first evaluation at or above it within ``within``
+  frames), ``best_eval`` and ``last_eval`` (the best and the last evaluation within them), and with
+  ``late_from`` how many of the evaluations from that frame on reach it;
+- ``curves``: the history of each further metric the entry names; ``hooks``: evaluations of its own
+  (``_learning_hooks.py``: option usage, hockey outcomes, trading against buy-and-hold).
 
 Per entry the seeds are summarised with interval estimates (interquartile mean, mean, median with 95%
 stratified-bootstrap intervals) and set beside each published figure of the same statistic: ``reached``
-when the seeds' mean is at least the published value.
+when the seeds' mean is at least the published value. A threshold's target is ``needed`` seeds (all by
+default) reaching it: with an evaluation within the frames (``target="reached"``) or with the final
+evaluation (``target="final"``).
 
     python benchmarks/learning.py SUITE [--only NAME ...] [--seeds 0 1 2] [--parallel 2] [--workdir DIR]
-        [--out NAME] [-- extra hydra overrides]
+        [--final-episodes N] [--out NAME] [-- extra hydra overrides]
 
-Results accumulate in ``benchmarks/results/<SUITE>.json`` (``--out``: ``<NAME>.json``; a seed already there
-is not run again unless ``--rerun``), so a suite can be run in parts. A run cut short resumes from its last
-checkpoint when started again with the same ``--workdir``.
+Each entry runs its own seeds unless ``--seeds`` names others. Results accumulate in
+``benchmarks/results/<SUITE>.json`` (``--out``: ``<NAME>.json``; a seed already there is not run again unless
+``--rerun``), so a suite can be run in parts. A run cut short resumes from its last checkpoint when started
+again with the same ``--workdir``.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 
 import numpy as np
 from _common import RESULTS, cli, write
+from _learning_hooks import HOOKS, RunRecord, history
 
 from rl_lightning.training.stats import interval_estimates
 
@@ -45,21 +56,33 @@ LAST_EPISODES = 100
 
 @dataclass(frozen=True)
 class Published:
-    """A figure from the literature at the entry's frame count."""
+    """A figure from the literature (or another library) at the entry's frame count."""
 
-    statistic: str  # train_last100 | train_mean
+    statistic: str  # train_last100 | train_mean | final_eval | best_eval | last_eval
     value: float
     source: str
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One experiment of a suite."""
+    """One experiment of a suite: what runs, on which seeds, and what its seeds are held to."""
 
     name: str
     experiment: str
     overrides: tuple[str, ...] = ()
     published: tuple[Published, ...] = field(default_factory=tuple)
+    frames: int | None = None  # total_frames (None: the experiment's)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    threshold: float | None = None  # an evaluation mean (eval/return_mean) to reach
+    within: int | None = None  # ... within this many frames (None: the whole run)
+    needed: int | None = None  # seeds that must reach it (None: all of them)
+    target: str = "reached"  # what `needed` counts: reached (an evaluation within) | final (final_eval)
+    late_from: int | None = None  # also count the evaluations from this frame on that reach it
+    checkpoint: str = "last"  # the checkpoint of the final evaluation: last | best
+    final_episodes: int | None = None  # its episodes (None: --final-episodes; 0: no final evaluation)
+    eval_seeds: tuple[int, ...] = ()  # the final evaluation again with these eval seeds (games no run saw)
+    curves: tuple[str, ...] = ()  # metrics whose history is kept beside eval/return_mean
+    hooks: tuple[str, ...] = ()  # evaluations of its own (_learning_hooks.HOOKS)
 
 
 _YOUNG_TIAN = (
@@ -70,6 +93,20 @@ _REVISITING = (
     "Obando-Ceron and Castro 2021, Revisiting Rainbow, MinAtar figures (psc-g.github.io revisiting_rainbow "
     "post, 2021-05-24): mean training return over iteration 0 (frames 0-1M); read from the figure"
 )
+_ZOO_SAC = "Stable-Baselines3 rl-zoo SAC, its tuned Pendulum-v1 recipe (lr 1e-3): about -157 at 20k frames"
+_SB3_DQN = (
+    "Stable-Baselines3 with the zoo's DQN recipe on the same 50k frames: 339, the mean of its last "
+    "evaluations on 3 seeds (sb3_compare.json)"
+)
+#: Hockey's evaluation figures against each scripted opponent.
+HOCKEY_CURVES = tuple(
+    f"eval/{o}/{r}" for o in ("weak", "strong") for r in ("win_rate", "loss_rate", "draw_rate", "return_mean")
+)
+_RATES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate")
+_CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100}
+_PENDULUM = {"threshold": -200.0, "within": 20_000}
+_DQN_LAST = {"seeds": (0, 1, 2, 3, 4), "threshold": 475.0, "needed": 4, "target": "final",
+             "late_from": 25_000, "published": (Published("last_eval", 339.0, _SB3_DQN),)}  # fmt: skip
 
 SUITES: dict[str, list[Entry]] = {
     "minatar": [
@@ -81,6 +118,56 @@ SUITES: dict[str, list[Entry]] = {
               (Published("train_mean", 4.55, _REVISITING),)),
         Entry("rainbow_space_invaders", "rainbow_minatar", ("env.id=MinAtar/SpaceInvaders-v1",),
               (Published("train_mean", 25.4, _REVISITING),)),
+    ],
+    # CartPole and Pendulum, 3 seeds each unless said: the first evaluation at the threshold within the
+    # budget, the best or last checkpoint over 100 new episodes.
+    "control": [
+        Entry("dqn_cartpole", "dqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
+        # The policy a run ends with, 5 seeds: the recipe (its greedy policy a Polyak average of the online
+        # network) and the same without the average.
+        Entry("dqn_cartpole_last", "dqn_cartpole", ("device=cpu",), **_DQN_LAST),
+        Entry("dqn_cartpole_last_no_average", "dqn_cartpole", ("device=cpu", "algo.eval_polyak=null"),
+              **_DQN_LAST),
+        Entry("qrdqn_cartpole", "qrdqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
+        Entry("iqn_cartpole", "iqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
+        Entry("rainbow_cartpole", "rainbow_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
+        Entry("sac_discrete_cartpole", "sac_discrete_cartpole", threshold=475.0, within=100_000, needed=2),
+        Entry("sac_pendulum", "sac_pendulum", published=(Published("last_eval", -157.0, _ZOO_SAC),),
+              **_PENDULUM),
+        Entry("td3_pendulum", "td3_pendulum", **_PENDULUM),
+        Entry("ddpg_pendulum", "ddpg_pendulum", **_PENDULUM),
+        Entry("aciqn_pendulum", "aciqn_pendulum", ("eval.every_frames=2000",), checkpoint="best",
+              final_episodes=20, **_PENDULUM),
+        Entry("sac_options_pendulum", "sac_options_pendulum", threshold=-250.0, within=30_000,
+              hooks=("options",)),
+        # 5k frames, as the committed figure ran (the criterion: -200 within the recipe's 15k, 2 of 3
+        # seeds); no final evaluation (100 planned episodes take longer than the run).
+        Entry("tdmpc2_pendulum", "tdmpc2_pendulum", frames=5_000, threshold=-200.0, within=15_000, needed=2,
+              final_episodes=0, curves=("train/episode_return",)),
+    ],
+    # Laser hockey against the scripted opponents: win, loss and draw rates of the final checkpoints.
+    "hockey": [
+        # SAC with options next to flat SAC, both cut to a CPU-sized 50k frames (their recipes: 200k).
+        *(Entry(f"{name}_50k", name, ("eval.every_frames=10000", "checkpoint.every_frames=10000"),
+                frames=50_000, curves=HOCKEY_CURVES, hooks=hooks)
+          for name, hooks in (("sac_options_hockey", ("hockey", "options")), ("sac_hockey", ("hockey",)))),
+        # Discrete IQN vs the weak opponent acting risk-neutral and on CVaR(0.25).
+        Entry("iqn_hockey_neutral", "iqn_hockey_discrete", frames=150_000, curves=_RATES, hooks=("hockey",)),
+        Entry("iqn_hockey_cvar", "iqn_hockey_discrete", ("algo.risk=cvar", "algo.risk_param=0.25"),
+              frames=150_000, curves=_RATES, hooks=("hockey",)),
+        # TD-MPC2 on a CPU, one seed (1.7 hours on two cores): its own evaluations, 10 games per opponent.
+        Entry("tdmpc2_hockey_cpu", "tdmpc2_hockey_cpu", frames=100_000, seeds=(0,), final_episodes=0,
+              curves=(*HOCKEY_CURVES, "train/episode_return")),
+        # The agent that wins (benchmarks/agents/hockey_sac.ckpt came from this recipe): 200 games against
+        # each opponent with the run's eval seed and two fresh ones, against the goals.
+        Entry("sac_hockey_curriculum", "sac_hockey_curriculum", seeds=(0,), final_episodes=200,
+              eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
+              hooks=("hockey_goals",)),
+    ],
+    # GOOGL with SAC and options: the held-out period against buy-and-hold.
+    "trading": [
+        Entry("sac_options_trading", "sac_options_trading", final_episodes=0,
+              curves=("eval/validation/return_mean", "eval/test/return_mean"), hooks=("trading",)),
     ],
 }  # fmt: skip
 
@@ -110,7 +197,10 @@ def episode_returns(client: Any, run_id: str) -> list[tuple[int, int, float]]:
 
 def training_statistics(intervals: list[tuple[int, int, float]]) -> dict[str, float]:
     """``train_mean`` over all intervals and ``train_last100`` over the last intervals holding at least
-    :data:`LAST_EPISODES` episodes (the trailing moving average at the end of the run)."""
+    :data:`LAST_EPISODES` episodes (the trailing moving average at the end of the run); nothing for a run
+    that finished no episode."""
+    if not intervals:
+        return {}
     counts = np.array([n for _, n, _ in intervals], dtype=float)
     sums = np.array([n * r for _, n, r in intervals])
     tail = np.cumsum(counts[::-1])
@@ -122,46 +212,120 @@ def training_statistics(intervals: list[tuple[int, int, float]]) -> dict[str, fl
     }
 
 
+def threshold_statistics(entry: Entry, curve: list[list[float]], final: float | None) -> dict[str, Any]:
+    """The first evaluation at the threshold within ``entry.within`` frames, the best and the last within
+    them, the late evaluations reaching it and whether the final evaluation does."""
+    within = [(f, v) for f, v in curve if entry.within is None or f <= entry.within]
+    first = next((f for f, v in within if v >= entry.threshold), None)
+    out: dict[str, Any] = {
+        "first_reached_at_frames": first,
+        "best_eval": max(v for _, v in within),
+        "last_eval": within[-1][1],
+    }
+    if entry.late_from is not None:
+        late = [v for f, v in curve if f >= entry.late_from]
+        out["late_evals_reaching"] = [sum(v >= entry.threshold for v in late), len(late)]
+    if final is not None:
+        out["final_reaches_threshold"] = final >= entry.threshold
+    return out
+
+
+def evaluate(workdir: Path, log: Path, ckpt: str, episodes: int, *extra: str) -> dict[str, float]:
+    """``python -m rl_lightning evaluate`` of ``ckpt`` over ``episodes`` episodes: its printed figures."""
+    return json.loads(cli(workdir, log, "evaluate", f"ckpt={ckpt}", f"episodes={episodes}", "logger=none",
+                          *extra))  # fmt: skip
+
+
 def run_seed(entry: Entry, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     import mlflow
 
     workdir = args.workdir / entry.name / f"seed{seed}"
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "log.txt"
-    overrides = [f"+experiment={entry.experiment}", *entry.overrides, f"seed={seed}", "progress_bar=false",
-                 *args.extra]  # fmt: skip
-    if any(workdir.glob("runs/*/*/checkpoints/last.ckpt")):
+    frames = [f"total_frames={entry.frames}"] if entry.frames is not None else []
+    overrides = [f"+experiment={entry.experiment}", *entry.overrides, *frames, f"seed={seed}",
+                 "progress_bar=false", *args.extra]  # fmt: skip
+    resumed = any(workdir.glob("runs/*/*/checkpoints/last.ckpt"))
+    if resumed:
         overrides.append("ckpt_path=last")  # a run cut short goes on from its last checkpoint
     start = time.perf_counter()
     summary = json.loads(cli(workdir, log, "fit", *overrides))
     wall = time.perf_counter() - start
     client = mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     run_id = (workdir / summary["run_dir"] / "mlflow_run_id").read_text().strip()
-    curve = sorted([int(m.step), m.value] for m in client.get_metric_history(run_id, "eval/return_mean"))
-    final = json.loads(
-        cli(workdir, log, "evaluate", f"ckpt={summary['last_ckpt']}", f"episodes={args.final_episodes}",
-            "logger=none")
-    )  # fmt: skip
-    return {
+    curve = history(client, run_id, "eval/return_mean")
+    episodes = args.final_episodes if entry.final_episodes is None else entry.final_episodes
+    final = on_seeds = None
+    if episodes:
+        ckpt = summary.get(f"{entry.checkpoint}_ckpt")
+        if ckpt is None:
+            raise RuntimeError(f"{entry.name} seed {seed}: no {entry.checkpoint}.ckpt was written; see {log}")
+        final = evaluate(workdir, log, ckpt, episodes)
+        on_seeds = {str(s): evaluate(workdir, log, ckpt, episodes, f"eval_seed={s}")
+                    for s in entry.eval_seeds}  # fmt: skip
+    record: dict[str, Any] = {
         "seed": seed,
         "frames": summary["frames"],
         "updates": summary["updates"],
-        "wall_s": round(wall, 1),
-        "frames_per_s": round(summary["frames"] / wall, 1),
+        # A resumed run's wall time covers only its last part, so it gives no rate.
+        "resumed": resumed,
+        "wall_s": None if resumed else round(wall, 1),
+        "frames_per_s": None if resumed else round(summary["frames"] / wall, 1),
         **training_statistics(episode_returns(client, run_id)),
-        "final_eval": final["return_mean"],
-        "final_eval_episodes": args.final_episodes,
-        "eval_curve": curve,
     }
+    if final is not None:
+        record.update(final_eval=final["return_mean"], final_eval_episodes=episodes)
+        if entry.checkpoint != "last":
+            record["final_eval_checkpoint"] = entry.checkpoint
+        if set(final) - {"return_mean", "return_std", "length_mean"}:
+            record["final_evaluation"] = final
+        if on_seeds:
+            record["final_evaluation_on_eval_seeds"] = on_seeds
+    if entry.threshold is not None:
+        record.update(threshold_statistics(entry, curve, record.get("final_eval")))
+    record["eval_curve"] = curve
+    if entry.curves:
+        record["curves"] = {key: history(client, run_id, key) for key in entry.curves}
+    run = RunRecord(workdir, summary, client, run_id, final, on_seeds or {})
+    for hook in entry.hooks:
+        record.update(HOOKS[hook].per_seed(run))
+    return record
+
+
+def threshold_summary(entry: Entry, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many seeds reached the threshold (within the frames, and with the final evaluation) and whether
+    the entry's target is met."""
+    first = [r["first_reached_at_frames"] for r in runs]
+    out: dict[str, Any] = {
+        "value": entry.threshold,
+        "within_frames": entry.within,
+        "first_reached_at_frames": first,
+        "seeds_reaching": sum(f is not None for f in first),
+    }
+    if all("final_reaches_threshold" in r for r in runs):
+        out["finals_reaching"] = sum(r["final_reaches_threshold"] for r in runs)
+    if entry.late_from is not None:
+        late = np.array([r["late_evals_reaching"] for r in runs]).sum(0)
+        out["late_evals_reaching"] = f"{late[0]}/{late[1]} from {entry.late_from} frames"
+    reached = entry.target == "reached"
+    count = out["seeds_reaching"] if reached else out.get("finals_reaching", 0)
+    out["needed"] = entry.needed if entry.needed is not None else len(runs)
+    out["counted_by"] = "an evaluation within the frames" if reached else "the final evaluation"
+    out["target_met"] = count >= out["needed"]
+    return out
 
 
 def summarise(entry: Entry, seeds: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Interval estimates per statistic over the seeds, and each published figure beside ours."""
-    stats = ("train_last100", "train_mean", "final_eval")
+    """Interval estimates per statistic over the seeds, the threshold's target, each published figure beside
+    ours, and what the entry's hooks sum up."""
     runs = list(seeds.values())
+    stats = [s for s in ("train_last100", "train_mean", "final_eval", "best_eval", "last_eval")
+             if all(r.get(s) is not None for r in runs)]  # fmt: skip
     out: dict[str, Any] = {"seeds": len(runs)}
     for stat in stats:
         out[stat] = interval_estimates(np.array([[r[stat]] for r in runs]))
+    if entry.threshold is not None:
+        out["threshold"] = threshold_summary(entry, runs)
     out["published"] = [
         {
             "statistic": p.statistic,
@@ -171,29 +335,45 @@ def summarise(entry: Entry, seeds: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "reached": out[p.statistic]["mean"]["value"] >= p.value,
         }
         for p in entry.published
+        if p.statistic in out
     ]
+    for hook in entry.hooks:
+        out.update(HOOKS[hook].summary(runs))
     return out
+
+
+def brief(outcome: dict[str, Any]) -> str:
+    """A seed's headline figures, for the console."""
+    keys = ("train_last100", "train_mean", "first_reached_at_frames", "last_eval", "final_eval")
+    shown = {k: outcome[k] for k in keys if k in outcome}
+    return ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--only", nargs="+", help="entries of the suite to run (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds for every entry (default: each entry's)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one per core)")
-    parser.add_argument("--final-episodes", type=int, default=100)
+    parser.add_argument("--final-episodes", type=int, default=100, help="where the entry says none")
     parser.add_argument("--rerun", action="store_true", help="run seeds already in the results again")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_learning")
     parser.add_argument("--out", help="results file name (default: the suite's)")
     parser.add_argument("extra", nargs="*", help="hydra overrides for every run (after --)")
     args = parser.parse_intermixed_args()
+    names = {e.name for e in SUITES[args.suite]}
+    unknown = sorted(set(args.only or ()) - names)
+    if unknown:
+        parser.exit(2, f"learning: no entry {unknown} in suite {args.suite}; choose from {sorted(names)}.\n")
     name = args.out or args.suite
     path = RESULTS / f"{name}.json"
-    previous = json.loads(path.read_text())["entries"] if path.is_file() else {}
+    previous = json.loads(path.read_text()).get("entries", {}) if path.is_file() else {}
     entries = [e for e in SUITES[args.suite] if not args.only or e.name in args.only]
+    seeds = {e.name: args.seeds or list(e.seeds) for e in entries}
     jobs = [  # seed by seed: a suite cut short has every entry on its first seeds
-        (e, s) for s in args.seeds for e in entries
-        if args.rerun or str(s) not in previous.get(e.name, {}).get("seeds", {})
+        (e, seeds[e.name][i]) for i in range(max(map(len, seeds.values()))) for e in entries
+        if i < len(seeds[e.name])
+        and (args.rerun or str(seeds[e.name][i]) not in previous.get(e.name, {}).get("seeds", {}))
     ]  # fmt: skip
     results = {key: dict(data) for key, data in previous.items()}
     lock = threading.Lock()
@@ -204,11 +384,12 @@ def main() -> None:
         with lock:
             data = results.setdefault(entry.name, {"seeds": {}})
             data.update({"experiment": entry.experiment, "overrides": [*entry.overrides, *args.extra]})
+            if entry.frames is not None:
+                data["frames"] = entry.frames
             data["seeds"] = {**data.get("seeds", {}), str(seed): outcome}
             data["summary"] = summarise(entry, data["seeds"])
             write(name, {"suite": args.suite, "entries": results}, path)
-        print(f"{entry.name} seed {seed}: train_last100 {outcome['train_last100']:.2f}, train_mean "
-              f"{outcome['train_mean']:.2f}, final {outcome['final_eval']:.2f}", flush=True)  # fmt: skip
+        print(f"{entry.name} seed {seed}: {brief(outcome)}", flush=True)
 
     with ThreadPoolExecutor(args.parallel) as pool:
         list(pool.map(record, jobs))

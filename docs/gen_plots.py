@@ -41,7 +41,9 @@ def write() -> Path:
         if not curves:
             continue
         image = plot_curves({path.stem: curves}, IMAGES / f"{path.stem}.png", title=path.stem)
-        command = json.loads(path.read_text()).get("command", f"benchmarks/{path.stem}.py")
+        data = json.loads(path.read_text())
+        # "reproduce": today's command where the script that made the result has left the tree.
+        command = data.get("reproduce") or data.get("command", "the command in docs/benchmarks.md")
         lines += [
             f"## {path.stem}",
             "",

@@ -1,0 +1,280 @@
+"""Evaluations some entries of ``learning.py`` need beyond the return: option usage, hockey outcomes, trading.
+
+A hook reads a finished run (its MLflow store, its checkpoints, the final evaluation ``learning.py`` made)
+and adds figures to the seed's record (``per_seed``) and to the entry's summary over its seeds
+(``summary``):
+
+- ``options``: the option metrics the updates logged (``options/usage_<k>``, ``options/usage_min``,
+  ``options/duration_mean``, ``options/termination_prob[_<k>]``, ``options/entropy_high``): each option's
+  usage at the end and its largest over the run (an option whose largest usage is below 5% stayed below 5%
+  for the whole run), the terminations at the end, every 10th point of the curves;
+- ``hockey``: win, loss and draw rates and the return of the final evaluation, per opponent where the
+  experiment evaluates against several (its ``eval.variants``); ``hockey_goals`` also checks them against
+  the goals of the shipped agent, with the final evaluation's own games and pooled over the entry's fresh
+  eval seeds;
+- ``trading``: the last checkpoint's and ``best.ckpt``'s policies (chosen on the validation year, never on
+  the test period) play the test period (2017-01-03 to 2018-08-29) day by day with their deterministic
+  ``act_eval``: total return, annualised Sharpe ratio (daily simple returns, mean / std x sqrt(252), no
+  risk-free rate), maximum drawdown, average |position|, turnover, the options' shares of the days and their
+  switches; buy-and-hold (which pays the cost of entering once) and flat (cash) on the same period and cost
+  model, computed by the same env.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a hook may read of one finished seed."""
+
+    workdir: Path  # the run's work directory (the CLI's cwd; its MLflow store)
+    summary: dict[str, Any]  # the summary line ``fit`` printed (run_dir, last_ckpt, best_ckpt, best_frames)
+    client: Any  # an ``mlflow.MlflowClient`` on the run's store
+    run_id: str
+    final: dict[str, float] | None  # the final evaluation's figures (None: the entry makes none)
+    on_seeds: dict[str, dict[str, float]]  # the same evaluation with each of the entry's eval seeds
+
+    def checkpoint(self, which: str) -> Path:
+        return self.workdir / self.summary[f"{which}_ckpt"]
+
+
+def history(client: Any, run_id: str, key: str) -> list[list[float]]:
+    """``[[frames, value], ...]`` of one metric, sorted by frames."""
+    return sorted([int(m.step), m.value] for m in client.get_metric_history(run_id, key))
+
+
+def mean_of(values: list[Any]) -> Any:
+    """The mean of numbers, or of dicts of them key by key (nested)."""
+    if isinstance(values[0], dict):
+        return {k: mean_of([v[k] for v in values]) for k in values[0]}
+    return float(np.mean(values))
+
+
+class Hook:
+    """Figures of a run beyond what ``learning.py`` reads itself."""
+
+    def per_seed(self, run: RunRecord) -> dict[str, Any]:
+        return {}
+
+    def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
+
+
+USAGE_FLOOR = 0.05
+
+
+class Options(Hook):
+    """Usage, duration and termination of the options, from the metrics the run logged."""
+
+    def per_seed(self, run: RunRecord) -> dict[str, Any]:
+        client, run_id = run.client, run.run_id
+        logged = client.get_run(run_id).data.metrics
+        usage = {k.removeprefix("options/"): history(client, run_id, k) for k in sorted(logged)
+                 if k.startswith("options/usage_")}  # fmt: skip
+        per_option = {k: v for k, v in usage.items() if k != "usage_min"}
+        betas = {k.removeprefix("options/"): history(client, run_id, k) for k in sorted(logged)
+                 if k.startswith("options/termination_prob_")}  # fmt: skip
+        duration = history(client, run_id, "options/duration_mean")
+        beta = history(client, run_id, "options/termination_prob")
+        entropy_high = history(client, run_id, "options/entropy_high")
+        usage_min = usage.get("usage_min", [])
+
+        def last(points: list[list[float]]) -> float | None:
+            return points[-1][1] if points else None
+
+        return {"options": {
+            # An option whose beta ends near 1 is stopped at once whenever it is picked (a low usage learned
+            # by the terminations); near 0 it runs until the episode ends.
+            "termination_prob_final_per_option": {k: v[-1][1] for k, v in betas.items()},
+            "usage_final": {k: v[-1][1] for k, v in per_option.items()},
+            "usage_max_over_run": {k: max(x for _, x in v) for k, v in per_option.items()},
+            "options_always_below_5pct": [k for k, v in per_option.items()
+                                          if max(x for _, x in v) < USAGE_FLOOR],
+            "share_of_logs_with_usage_min_below_5pct": (
+                sum(x < USAGE_FLOOR for _, x in usage_min) / len(usage_min) if usage_min else None
+            ),
+            "usage_min_final": last(usage_min),
+            "duration_mean_final": last(duration),
+            "termination_prob_final": last(beta),
+            "entropy_high_final": last(entropy_high),
+            # Every 10th log keeps the file readable; the full curves are in the run's MLflow store.
+            "curves": {"usage_min": usage_min[::10], "duration_mean": duration[::10],
+                       "termination_prob": beta[::10], **{k: v[::10] for k, v in per_option.items()}},
+        }}  # fmt: skip
+
+    def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        collapsed = [r["seed"] for r in runs if r["options"]["options_always_below_5pct"]]
+        return {"seeds_with_an_option_always_below_5pct": collapsed}
+
+
+RATES = ("win_rate", "loss_rate", "draw_rate", "return_mean")
+#: The shipped hockey agent's goals: against the weak opponent at least 90% wins and at most 5% losses,
+#: against the strong one at least 80% wins.
+GOALS = {"weak_win": 0.90, "weak_loss_max": 0.05, "strong_win": 0.80}
+
+
+def outcomes(stats: dict[str, float]) -> dict[str, Any]:
+    """Win, loss and draw rates and the return of an evaluation: per opponent (``{"weak": {...}, ...}``)
+    where it played several (``eval.variants``), else the rates themselves."""
+    opponents = sorted({k.split("/")[0] for k in stats if "/" in k})
+    if not opponents:
+        return {r: stats[r] for r in RATES}
+    return {o: {r: stats[f"{o}/{r}"] for r in RATES} for o in opponents}
+
+
+def goals_met(rates: dict[str, dict[str, float]]) -> dict[str, bool]:
+    return {
+        "weak_win": rates["weak"]["win_rate"] >= GOALS["weak_win"],
+        "weak_loss_max": rates["weak"]["loss_rate"] <= GOALS["weak_loss_max"],
+        "strong_win": rates["strong"]["win_rate"] >= GOALS["strong_win"],
+    }
+
+
+class HockeyOutcomes(Hook):
+    """The final evaluation's outcomes per opponent; with ``goals``, whether they meet the shipped agent's."""
+
+    def __init__(self, goals: bool = False) -> None:
+        self.goals = goals
+
+    def per_seed(self, run: RunRecord) -> dict[str, Any]:
+        if run.final is None:
+            return {}
+        out: dict[str, Any] = {"outcomes": outcomes(run.final)}
+        if self.goals:
+            out["goals"] = GOALS
+            out["goals_met"] = goals_met(out["outcomes"])
+            if run.on_seeds:
+                fresh = [outcomes(stats) for stats in run.on_seeds.values()]
+                out["outcomes_on_eval_seeds"] = dict(zip(run.on_seeds, fresh, strict=True))
+                out["goals_met_on_eval_seeds"] = goals_met(mean_of(fresh))
+        return out
+
+    def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        if not all("outcomes" in r for r in runs):
+            return {}
+        return {"mean_outcomes": mean_of([r["outcomes"] for r in runs])}
+
+
+TRADING_DAYS = 252
+#: The experiment's cost (10 bp per unit of position changed), for the baselines.
+TRANSACTION_COST = 0.001
+
+
+def performance(wealth: np.ndarray, positions: np.ndarray) -> dict[str, float]:
+    """Total return, Sharpe, drawdown, exposure and turnover of a wealth path ``[T + 1]`` (starts at 1)."""
+    daily = wealth[1:] / wealth[:-1] - 1.0
+    std = daily.std()
+    peak = np.maximum.accumulate(wealth)
+    return {
+        "total_return": float(wealth[-1] - 1.0),
+        "sharpe": float(daily.mean() / std * math.sqrt(TRADING_DAYS)) if std > 0 else 0.0,
+        "max_drawdown": float((1.0 - wealth / peak).max()),
+        "mean_abs_position": float(np.abs(positions).mean()),
+        "turnover_per_day": float(np.abs(np.diff(positions, prepend=0.0)).mean()),
+        "days": len(daily),
+    }
+
+
+def play(env_kwargs: dict[str, Any], policy) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """One deterministic episode: wealth path, positions and (for a module) the active options."""
+    import gymnasium as gym
+
+    import rl_lightning.envs  # noqa: F401  (registers the trading ids)
+
+    env = gym.make("TradingStocks-v0", **env_kwargs)
+    obs, info = env.reset(seed=0)
+    wealth, positions, options, t, done = [1.0], [], [], 0, False
+    while not done:
+        action, option = policy(obs, t)
+        obs, _, terminated, truncated, info = env.step(action)
+        wealth.append(info["wealth"])
+        positions.append(info["position"])
+        if option is not None:
+            options.append(option)
+        t, done = t + 1, terminated or truncated
+    return np.array(wealth), np.array(positions), options
+
+
+class Trading(Hook):
+    """The policies of the last and the best checkpoint on the held-out period, and the baselines there."""
+
+    @staticmethod
+    def evaluate_checkpoint(path: Path, split: str) -> dict[str, Any]:
+        import torch
+        from omegaconf import OmegaConf
+        from tensordict import TensorDict
+
+        from rl_lightning.cli.run import build_module, env_config
+        from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
+
+        ckpt = load_checkpoint(str(path))
+        saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
+        module = build_module(saved, env_config(saved))
+        module.on_load_checkpoint(ckpt)
+        module.load_state_dict(ckpt["state_dict"])
+        module.eval()
+
+        def act(obs: np.ndarray, t: int) -> tuple[np.ndarray, int]:
+            td = TensorDict({"observation": torch.as_tensor(obs).unsqueeze(0),
+                             "step_count": torch.tensor([[t]])}, [1])  # fmt: skip
+            out = module.act_eval(td)
+            return out["action"][0].numpy(), int(out["option"][0])
+
+        kwargs = {**OmegaConf.to_container(saved.env.kwargs), "split": split}
+        wealth, positions, options = play(kwargs, act)
+        shares = np.bincount(np.array(options), minlength=module.num_options) / len(options)
+        return {
+            **performance(wealth, positions),
+            "option_share": [round(float(c), 4) for c in shares],
+            "option_switches": int((np.diff(options) != 0).sum()),
+        }
+
+    @staticmethod
+    def baselines(split: str) -> dict[str, dict[str, float]]:
+        out = {}
+        for name, position in (("buy_and_hold", 1.0), ("flat", 0.0)):
+            kwargs = {"transaction_cost": TRANSACTION_COST, "split": split}
+            wealth, positions, _ = play(kwargs, lambda obs, t, p=position: (np.array([p], np.float32), None))
+            out[name] = performance(wealth, positions)
+        return out
+
+    def per_seed(self, run: RunRecord) -> dict[str, Any]:
+        last, best = run.checkpoint("last"), run.checkpoint("best")
+        return {
+            "best_ckpt_frames (chosen on validation)": run.summary.get("best_frames"),
+            "test_last_ckpt": self.evaluate_checkpoint(last, "test"),
+            "test_best_ckpt": self.evaluate_checkpoint(best, "test"),
+            "validation_last_ckpt": self.evaluate_checkpoint(last, "validation"),
+        }
+
+    def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        reference = {split: self.baselines(split) for split in ("test", "validation")}
+        hold = reference["test"]["buy_and_hold"]["total_return"]
+        return {
+            "data": "GOOGL daily closes bundled with gym-anytrading; train 2009-07..2015-12, validation "
+            "2016, test 2017-01-03..2018-08-29 (held out); 10 bp cost per unit of position changed",
+            "buy_and_hold_and_flat": reference,
+            "seed_means_on_test": {
+                f"{which}_{k}": float(np.mean([r[f"test_{which}_ckpt"][k] for r in runs]))
+                for which in ("last", "best") for k in ("total_return", "sharpe")
+            },
+            "beats_buy_and_hold_on_test": {
+                which: [r["seed"] for r in runs if r[f"test_{which}_ckpt"]["total_return"] > hold]
+                for which in ("last", "best")
+            },
+        }  # fmt: skip
+
+
+HOOKS: dict[str, Hook] = {
+    "options": Options(),
+    "hockey": HockeyOutcomes(),
+    "hockey_goals": HockeyOutcomes(goals=True),
+    "trading": Trading(),
+}

@@ -1,0 +1,113 @@
+"""``benchmarks/learning.py``: the statistics a seed gets and what an entry's summary says of its seeds."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def imported(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported under its own name: a dataclass reads its string annotations
+    through its module in ``sys.modules``, where a module loaded from a spec alone is missing."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="module")
+def learning() -> ModuleType:
+    return imported("learning")
+
+
+@pytest.fixture(scope="module")
+def hooks() -> ModuleType:
+    return imported("_learning_hooks")
+
+
+def test_threshold_statistics_look_within_the_frames_and_count_late_evaluations(learning) -> None:
+    entry = learning.Entry("e", "x", threshold=475.0, within=4000, late_from=3000)
+    curve = [[1000, 100.0], [2000, 480.0], [3000, 200.0], [4000, 500.0], [5000, 490.0]]
+    stats = learning.threshold_statistics(entry, curve, final=470.0)
+    assert stats == {
+        "first_reached_at_frames": 2000,
+        "best_eval": 500.0,
+        "last_eval": 500.0,  # the last evaluation within 4000 frames, not the run's last
+        "late_evals_reaching": [2, 3],
+        "final_reaches_threshold": False,
+    }
+    never = learning.threshold_statistics(entry, [[1000, 10.0], [5000, 500.0]], final=None)
+    assert never["first_reached_at_frames"] is None and "final_reaches_threshold" not in never
+
+
+def test_training_statistics_take_the_last_intervals_covering_100_episodes(learning) -> None:
+    intervals = [(1000, 60, 1.0), (2000, 60, 2.0), (3000, 50, 4.0)]
+    stats = learning.training_statistics(intervals)
+    assert stats["train_episodes"] == 170
+    assert stats["train_mean"] == pytest.approx((60 + 120 + 200) / 170)
+    assert stats["train_last100"] == pytest.approx((120 + 200) / 110)  # 50 + 60 episodes from the end
+    assert learning.training_statistics([]) == {}
+
+
+def run(seed: int, first: int | None, final: float, **extra) -> dict:
+    return {"seed": seed, "first_reached_at_frames": first, "best_eval": 500.0, "last_eval": final,
+            "final_eval": final, "final_reaches_threshold": final >= 475.0, **extra}  # fmt: skip
+
+
+def test_a_summary_checks_the_entrys_target_and_sets_published_figures_beside_its_own(learning) -> None:
+    published = (learning.Published("last_eval", 400.0, "a paper"),)
+    seeds = {str(s): run(s, 1000 * (s + 1), f) for s, f in enumerate((500.0, 480.0, 100.0))}
+    reached = learning.Entry("e", "x", published=published, threshold=475.0, needed=3)
+    summary = learning.summarise(reached, seeds)
+    assert summary["seeds"] == 3 and "train_mean" not in summary  # no seed has it
+    assert summary["threshold"]["seeds_reaching"] == 3 and summary["threshold"]["target_met"]
+    assert summary["threshold"]["finals_reaching"] == 2
+    assert summary["final_eval"]["mean"]["value"] == pytest.approx(360.0)
+    assert summary["published"] == [
+        {"statistic": "last_eval", "value": 400.0, "source": "a paper", "ours_mean": pytest.approx(360.0),
+         "reached": False}
+    ]  # fmt: skip
+    on_finals = learning.Entry("e", "x", threshold=475.0, needed=3, target="final")
+    assert not learning.summarise(on_finals, seeds)["threshold"]["target_met"]
+
+
+def test_every_suite_entry_is_well_formed(learning) -> None:
+    names = [e.name for entries in learning.SUITES.values() for e in entries]
+    assert len(names) == len(set(names))  # a name is the entry's work directory and its key in the results
+    for entry in (e for entries in learning.SUITES.values() for e in entries):
+        assert entry.checkpoint in ("last", "best") and entry.target in ("reached", "final")
+        assert set(entry.hooks) <= set(learning.HOOKS)
+        assert entry.threshold is not None or (entry.within, entry.needed, entry.late_from) == (None,) * 3
+        for p in entry.published:
+            assert p.statistic in ("train_last100", "train_mean", "final_eval", "best_eval", "last_eval")
+
+
+def test_hockey_outcomes_per_opponent_and_their_mean_over_seeds(hooks) -> None:
+    both = {"return_mean": 0.0, "weak/win_rate": 0.9, "weak/loss_rate": 0.04, "weak/draw_rate": 0.06,
+            "weak/return_mean": 5.0, "strong/win_rate": 0.7, "strong/loss_rate": 0.2,
+            "strong/draw_rate": 0.1, "strong/return_mean": 2.0}  # fmt: skip
+    rates = hooks.outcomes(both)
+    assert rates["weak"] == {"win_rate": 0.9, "loss_rate": 0.04, "draw_rate": 0.06, "return_mean": 5.0}
+    assert hooks.goals_met(rates) == {"weak_win": True, "weak_loss_max": True, "strong_win": False}
+    one = {"win_rate": 0.5, "loss_rate": 0.25, "draw_rate": 0.25, "return_mean": 1.0, "return_std": 3.0}
+    assert hooks.outcomes(one) == {"win_rate": 0.5, "loss_rate": 0.25, "draw_rate": 0.25, "return_mean": 1.0}
+    mean = hooks.mean_of([rates, hooks.outcomes({**both, "weak/win_rate": 0.7})])
+    assert mean["weak"]["win_rate"] == pytest.approx(0.8)
+
+
+def test_trading_performance_of_a_wealth_path(hooks) -> None:
+    wealth = np.array([1.0, 1.1, 0.99, 1.2])
+    perf = hooks.performance(wealth, np.array([1.0, 1.0, 0.0]))
+    assert perf["total_return"] == pytest.approx(0.2)
+    assert perf["max_drawdown"] == pytest.approx(0.1)  # 1.1 -> 0.99
+    assert perf["mean_abs_position"] == pytest.approx(2 / 3)
+    assert perf["turnover_per_day"] == pytest.approx(2 / 3)  # in, hold, out
+    assert perf["days"] == 3
