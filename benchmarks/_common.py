@@ -73,7 +73,7 @@ def relative_paths(value: Any) -> Any:
     return value
 
 
-#: The running benchmark script, resolved before it can change directory (profile_fit, fit_parts).
+#: The running benchmark script, resolved before it can change directory (fit_parts).
 SCRIPT = Path(sys.argv[0]).resolve()
 
 
@@ -127,19 +127,3 @@ def write(name: str, payload: dict[str, Any], path: Path | None = None) -> Path:
     }
     path.write_text(json.dumps(relative_paths(payload), indent=2) + "\n")
     return path
-
-
-class Round:
-    """``n`` updates on the same sample, in the form the experience stream hands ``training_step`` (an
-    iterable of samples with ``feedback``, like ``rl_lightning.data.datamodule.UpdateRound``), so a
-    benchmark's Lightning loop does the per-batch work of a real run and no more."""
-
-    def __init__(self, sample: Any, n: int) -> None:
-        self.sample, self.n = sample, n
-
-    def __iter__(self):
-        for _ in range(self.n):
-            yield self.sample
-
-    def feedback(self, output: Any) -> None:
-        pass

@@ -182,8 +182,8 @@ class DirectSteps(Callback):
     (and the module) for ``on_before_backward``, ``on_after_backward`` and ``on_before_optimizer_step``,
     through the strategy, the precision plugin and the profiler. On one device in full precision, without
     Lightning's profiler and with none of those hooks implemented, that walk does nothing but costs: about
-    0.4 ms of a 2.8 ms DQN update on a CPU (``benchmarks/dqn_overhead.py``). In ``on_fit_start`` this callback
-    then hands the module its optimizers wrapped in :class:`CountedStep` (still counted in
+    0.4 ms of a 2.8 ms DQN update on a CPU (``benchmarks/results/dqn_overhead.json``). In ``on_fit_start``
+    this callback then hands the module its optimizers wrapped in :class:`CountedStep` (still counted in
     ``trainer.global_step``) as ``direct_optimizers``; the module steps those and calls plain
     ``loss.backward()`` while they are set. Anything that needs the wrappers (another strategy, mixed or
     half precision, a profiler, a hook) keeps them, with a notice saying why. ``on_fit_end`` takes the

@@ -21,7 +21,7 @@ __all__ = [
 
 #: ``TensorDict._new_unsafe`` (build without checking every entry) and ``TensorDict._tensordict`` (the
 #: entries as a dict): TensorDict's own constructor and ``items()`` check and dispatch per entry, several
-#: times the cost of the copies for the one-frame batches of RL (``benchmarks/replay_storage.py``).
+#: times the cost of the copies for the one-frame batches of RL (``benchmarks/results/replay_storage.json``).
 HAS_FAST_TD = callable(getattr(TensorDict, "_new_unsafe", None)) and isinstance(
     getattr(TensorDict({}, []), "_tensordict", None), dict
 )

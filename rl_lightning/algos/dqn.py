@@ -5,8 +5,8 @@ The TD loss is written on tensors here: the math of TorchRL's ``DQNLoss`` with i
 with Double DQN, the online network's greedy action; MSE or smooth-L1; prioritized samples weighted by
 ``priority_weight`` and normalized by the weights' sum), without its TensorDict and functional-parameter
 machinery, which on a CPU cost as much again as the update of a ``[256, 256]`` network
-(``benchmarks/dqn_overhead.py``). ``tests/algos/test_dqn.py`` checks that both give the same loss and TD
-errors.
+(``benchmarks/results/dqn_overhead.json``). ``tests/algos/test_dqn.py`` checks that both give the same loss
+and TD errors.
 n-step returns and prioritized sampling are replay options (``replay.n_step``, ``replay.prioritized``).
 Target networks move by one fused ``lerp_``: Polyak (``tau``) or a copy every ``hard_update_every`` updates
 (a 0/1 weight on the device, which a CUDA graph can hold).

@@ -2,7 +2,8 @@
 
 The losses are written on tensors here, with the math of TorchRL's ``SACLoss`` (its "v2" form without a
 state-value network) and TD(0) estimator, without its TensorDict and functional-parameter machinery, which
-on a CPU cost 40% more than the whole update of ``[256, 256]`` networks (``benchmarks/sac_overhead.py``):
+on a CPU cost 40% more than the whole update of ``[256, 256]`` networks
+(``benchmarks/results/sac_overhead.json``):
 
 * twin critics ``Q_i(s, a)`` evaluated as one batched MLP
   (:class:`~rl_lightning.nn.actor_critic.EnsembleQNet`), with Polyak target copies;

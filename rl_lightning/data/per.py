@@ -8,7 +8,7 @@ the ``capacity`` priorities are viewed as blocks of ``~sqrt(capacity / batch_siz
 sum, then a transition within the block by its priority (``searchsorted`` over cumulative sums), so a batch
 costs ``O(sqrt(capacity * batch_size))`` instead of the ``O(capacity)`` of one ``multinomial`` over all of
 them. Block sums and minimums are recomputed exactly for the blocks a write touches (no drift).
-Measured against TorchRL's on the same batches: ``benchmarks/per_sampler.py``.
+Measured against TorchRL's on the same batches: ``benchmarks/results/per_sampler_*.json``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ TorchRL's ``SliceSampler`` (``fragmented=True``) rebuilds them from the trajecto
 index orders the live records by ``(trajectory, step)`` and cuts them into runs of consecutive steps. It
 re-sorts every live record (two stable ``argsort`` over the buffer) on the first sample after each write,
 and an update samples after every collection: with 4 envs, 9.8 ms per write and sample at 100k frames and
-85 ms at 1M on this project's CPU (``benchmarks/slice_sampler.py``; 1.9 and 8.2 ms with the sampler below).
+85 ms at 1M on this project's CPU (``benchmarks/results/slice_sampler.json``; 1.9 and 8.2 ms with the
+sampler below).
 
 :class:`InterleavedSliceSampler` is that sampler with an index that keeps the records sorted across writes:
 a write removes the overwritten records' keys from the sorted arrays and inserts the new ones

@@ -275,8 +275,9 @@ class GymVecEnv(EnvBase):
         wrote), as ``step_mdp`` carries them. When no env finished, the root's observation, counters and
         done flags are those of ``"next"``, the same tensors, as ``step_mdp`` hands them on (no copies).
         Collection over 16 CartPole envs went from 0.30x to 0.36x the frames/s of raw gymnasium stepping
-        with it, and to 0.57x with the unchecked TensorDicts and their device (``benchmarks/collection.py``);
-        one CartPole env under DQN's acting took 12 us less per frame of about 190 without the copies.
+        with it, and to 0.57x with the unchecked TensorDicts and their device
+        (``benchmarks/results/collection.json``); one CartPole env under DQN's acting took 12 us less per
+        frame of about 190 without the copies.
         """
         if "_step" in tensordict.keys():  # a partial step: never produced for this env, but honoured
             tensordict = self.step(tensordict)

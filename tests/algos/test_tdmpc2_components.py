@@ -395,35 +395,6 @@ def test_compiled_plan_traces_one_iteration_and_calls_it_each_time(num_envs: int
         assert len({n.args[0].target for n in calls}) == 1  # the same traced subgraph each time
 
 
-def test_compile_benchmark_compiles_each_variant_anew_and_unrolls_the_baseline(load_benchmark) -> None:
-    """``benchmarks/tdmpc2_compile.py`` compares what it says: each variant gets its own compilation (not the
-    other's cached graph), and ``unrolled`` is the loop without the region."""
-    bench = load_benchmark("tdmpc2_compile")
-    model = small_model().eval()
-    z = model.encode(torch.randn(1, OBS)).detach()
-    planner = MPPIPlanner(ACT, num_samples=32, num_pi_trajs=4, num_elites=4, iterations=3)
-    graphs: dict[str, list[torch.fx.GraphModule]] = {"regions": [], "unrolled": []}
-    torch._dynamo.reset()
-    plans = {}
-    for variant, found in graphs.items():
-
-        def backend(gm: torch.fx.GraphModule, example_inputs: list, found=found) -> object:
-            found.append(gm)
-            return gm.forward
-
-        fn = torch.compile(bench.own_code(lambda z: planner(model, z), f"plan_{variant}"), backend=backend)
-        plans[variant] = bench.with_iteration(planner, variant, fn)
-    for plan in [*plans.values(), *plans.values()]:  # the second round runs what the first compiled
-        plan(z)
-    subgraph_calls = {
-        variant: [
-            sum(n.target is torch.ops.higher_order.invoke_subgraph for n in gm.graph.nodes) for gm in gms
-        ]
-        for variant, gms in graphs.items()
-    }
-    assert subgraph_calls == {"regions": [3], "unrolled": [0]}
-
-
 def test_planner_warm_start_reset_and_t0() -> None:
     planner = MPPIPlanner(2, num_envs=3, horizon=3)
     prev = torch.arange(18, dtype=torch.float32).reshape(3, 3, 2) / 20

@@ -14,7 +14,7 @@ sampling, so TD-MPC2 needs this planner. It plans in the world model's latent sp
 Every tensor has a static shape and no value leaves the device, so ``forward`` can be compiled and
 captured in a CUDA graph whole. One MPPI iteration is a nested compile region (``MPPIPlanner._iterate``):
 ``torch.compile`` traces and generates it once and calls it for each iteration, rather than unrolling the
-loop (``benchmarks/tdmpc2_compile.py`` measures the compile time).
+loop (``benchmarks/results/tdmpc2_compile.json`` holds the compile times).
 
 Use one planner per set of environments (training and evaluation envs need separate instances because the
 warm start is stored per environment).
