@@ -7,7 +7,7 @@ its store in a new directory under DIR) with a timer around each of: the collect
 steps), the ingestion of each collection (``add_frames``: episode statistics, n-step, the replay write), the
 replay samples of the update rounds, and each ``update``. A timer costs about a microsecond, so the parts keep
 the cost they have in a plain run, including what each loses to the others in the CPU's caches (compare with
-the same parts timed alone, for example ``benchmarks/replay_storage.py``). Writes
+the same parts timed alone, for example ``benchmarks/results/replay_storage.json``). Writes
 ``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each part,
 and per frame.
 
