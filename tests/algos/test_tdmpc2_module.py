@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.cli import run_main
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -223,11 +221,7 @@ SMOKE = [
 
 
 def run_fit(cwd: Path, *overrides: str) -> dict:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "rl_lightning", "fit", *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=240, env=env,
-    )  # fmt: skip
+    proc = run_main(cwd, "fit", *overrides)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

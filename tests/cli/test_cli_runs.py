@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_cli, run_main
+from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_main
 from omegaconf import OmegaConf
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
@@ -100,7 +100,7 @@ DQN_SHORT = (
 
 
 def test_resume_continues_frames_replay_and_run(tmp_path: Path):
-    first = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=512"))
+    first = summary(run_main(tmp_path, "fit", *DQN_SHORT, "total_frames=512"))
     run_dir = tmp_path / first["run_dir"]
     last = run_dir / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)
@@ -110,7 +110,7 @@ def test_resume_continues_frames_replay_and_run(tmp_path: Path):
     assert len(before) == 512
     first_obs = before.storage.get(torch.arange(512))["observation"].clone()
 
-    second = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=1024", "ckpt_path=last"))
+    second = summary(run_main(tmp_path, "fit", *DQN_SHORT, "total_frames=1024", "ckpt_path=last"))
     assert second["run_dir"] == first["run_dir"] and second["frames"] == 1024
     after = read_replay(Path(str(last) + ".replay"))
     assert len(after) == 1024
@@ -125,7 +125,7 @@ def test_resume_continues_frames_replay_and_run(tmp_path: Path):
 def test_dqn_with_per_and_n_step_through_the_cli(tmp_path: Path):
     gamma = 0.9
     out = summary(
-        run_cli(
+        run_main(
             tmp_path, "fit", *DQN_SHORT, "total_frames=512", "logger=none", "replay.prioritized=true",
             "replay.n_step=3", f"algo.gamma={gamma}",
         )
@@ -158,7 +158,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path):
     (run,) = mlflow_runs(tmp_path)
     assert run.info.status == "KILLED"  # not FAILED: the user stopped it, and it resumes
     out = summary(
-        run_cli(tmp_path, "fit", *DQN_SHORT, f"total_frames={dm_state['frames'] + 128}", "ckpt_path=last")
+        run_main(tmp_path, "fit", *DQN_SHORT, f"total_frames={dm_state['frames'] + 128}", "ckpt_path=last")
     )
     assert out["frames"] == dm_state["frames"] + 128
     (run,) = mlflow_runs(tmp_path)
@@ -166,9 +166,9 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path):
 
 
 def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
-    first = summary(run_cli(tmp_path, "fit", *DQN_SHORT, "total_frames=256"))
+    first = summary(run_main(tmp_path, "fit", *DQN_SHORT, "total_frames=256"))
     ckpt = tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt"
-    proc = run_cli(
+    proc = run_main(
         Path("/"),
         "evaluate",
         f"ckpt={ckpt}",

@@ -306,6 +306,9 @@ class FamilyEquivalence:
     """
 
     EXPERIMENTS: ClassVar[dict[str, list[str]]]
+    #: The experiments whose every hot path ``test_compile_matches`` compiles (default: all); one that runs
+    #: the same update code as another may be left to it, since compiling an update takes seconds.
+    COMPILED: ClassVar[frozenset[str] | None] = None
     EXACT_ACTIONS: ClassVar[frozenset[str]]  # the experiments whose actions compare bit for bit (discrete)
     BF16: ClassVar[Bf16Bounds]
 
@@ -319,7 +322,10 @@ class FamilyEquivalence:
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "name" in metafunc.fixturenames:
-            metafunc.parametrize("name", sorted(self.EXPERIMENTS))
+            names = self.EXPERIMENTS
+            if metafunc.function.__name__ == "test_compile_matches" and self.COMPILED is not None:
+                names = self.COMPILED
+            metafunc.parametrize("name", sorted(names))
 
     def reference(self, name: str) -> Result:
         """The run without callbacks, once per experiment and process."""

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
+from helpers.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "hockey_agent.json"
@@ -17,7 +17,7 @@ def test_the_shipped_hockey_agent_wins_as_recorded(tmp_path: Path) -> None:
     shipped = json.loads(RESULT.read_text())["shipped"]
     ckpt = ROOT / shipped["checkpoint"]
     games = shipped["games_per_opponent"]
-    proc = run_cli(tmp_path, "evaluate", f"ckpt={ckpt}", f"episodes={games}", "logger=none", timeout=600)
+    proc = run_main(tmp_path, "evaluate", f"ckpt={ckpt}", f"episodes={games}", "logger=none")
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     for opponent, rates in shipped["evaluation"].items():
