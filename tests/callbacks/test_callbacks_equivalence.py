@@ -74,6 +74,7 @@ def test_dqn_direct_steps_match(dqn_reference: Result) -> None:
     assert_direct_steps_match(dqn_reference, DQN, dqn_data)
 
 
+@pytest.mark.slow
 def test_dqn_compile_matches(dqn_reference: Result) -> None:
     compiled = compile_run(DQN, dqn_data)
     assert_matches(dqn_reference, compiled, exact_actions=True)
@@ -109,6 +110,7 @@ def test_tdmpc2_direct_steps_match(tdmpc2_reference: Result) -> None:
     assert_direct_steps_match(tdmpc2_reference, TDMPC2, tdmpc2_data)
 
 
+@pytest.mark.slow
 def test_tdmpc2_compile_matches(tdmpc2_reference: Result) -> None:
     compiled = compile_run(TDMPC2, tdmpc2_data)
     assert_matches(tdmpc2_reference, compiled, exact_actions=False)

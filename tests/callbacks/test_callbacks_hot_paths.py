@@ -118,6 +118,7 @@ def compiled_fit():
     return callback, module, logger
 
 
+@pytest.mark.slow
 def test_compile_matches_eager_on_cpu(compiled_fit) -> None:
     _, module, _ = compiled_fit
     assert_state_close(module, baseline_state(), atol=COMPILE_ATOL)

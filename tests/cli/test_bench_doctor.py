@@ -16,6 +16,7 @@ from rl_lightning.cli.doctor import recommendations
 SECTIONS = ("device", "TF32", "torch.compile", "CPU", "libraries", "recommendations")
 
 
+@pytest.mark.slow
 def test_doctor_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
@@ -127,6 +128,7 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
     assert "bench_results.json" in artifacts
 
 
+@pytest.mark.slow
 def test_bench_times_act_on_as_many_envs_as_training_steps(tmp_path: Path) -> None:
     # TD-MPC2's planner is built for env.num_envs envs: the act latency must be timed on that many.
     proc = run_cli(

@@ -133,6 +133,7 @@ def _gc_program(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess
     return proc, started[0], int(frozen)
 
 
+@pytest.mark.slow
 def test_the_cli_imports_without_collector_passes_and_freezes_what_it_imported(tmp_path: Path) -> None:
     # A command that imports torch and Lightning (evaluate), then stops with a user error.
     proc, started, frozen = _gc_program(tmp_path, "evaluate", f"ckpt={tmp_path / 'none.ckpt'}")
@@ -141,6 +142,7 @@ def test_the_cli_imports_without_collector_passes_and_freezes_what_it_imported(t
     assert frozen > 100_000  # torch, Lightning and TorchRL's modules, classes and functions
 
 
+@pytest.mark.slow
 def test_fit_starts_up_without_collector_passes_until_its_run_is_built(tmp_path: Path) -> None:
     # The run's MLflow logger (the default) opens its SQLite store while building the run: MLflow and
     # SQLAlchemy are imported then, and frozen with the rest when training starts.

@@ -106,6 +106,7 @@ def test_gpu_sized_experiment_on_a_cpu_points_to_its_cpu_variant(
     assert "sized for a GPU" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_last_means_the_newest_real_run_of_the_same_experiment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -165,6 +166,7 @@ def test_a_run_started_at_the_same_moment_as_another_takes_the_next_directory(
     assert other == [Path("runs/same")] and not any(other[0].iterdir())  # the other run's, left alone
 
 
+@pytest.mark.slow
 def test_progress_bar_counts_frames_to_the_total_and_prints_evaluations_above_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -210,6 +212,7 @@ def test_a_user_error_during_the_fit_leaves_no_run_behind(
         (["algo=iqn", "env.id=Acrobot-v1"], "iqn_acrobot_v1"),
     ],
 )
+@pytest.mark.slow
 def test_any_gymnasium_env_trains_without_a_preset_and_names_the_run(
     args: list[str], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -235,6 +238,7 @@ def test_names_follow_the_algorithm_and_the_env_unless_given() -> None:
     assert cfg.env.max_episode_steps is None and cfg.run_dir.startswith("runs/dqn_acrobot_v1/")
 
 
+@pytest.mark.slow
 def test_without_a_terminal_progress_is_one_whole_line_every_few_seconds(tmp_path: Path) -> None:
     args = [a for a in QUICK if a != "progress_bar=false"]
     proc = run_cli(tmp_path, "fit", *args, "progress_bar=true", "progress_every_s=0.01", "logger=none")

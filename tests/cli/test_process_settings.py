@@ -79,6 +79,7 @@ def test_flushing_zeroes_stuck_adam_moments_and_leaves_the_weights_bit_for_bit()
 
 
 @pytest.mark.parametrize("pool_first", [False, True])
+@pytest.mark.slow
 def test_intra_op_threads_started_after_the_settings_flush_too(pool_first: bool) -> None:
     """The mode belongs to each thread: set before the run's first parallel op, torch's workers inherit it;
     workers started before keep subnormals (the control case)."""

@@ -116,6 +116,7 @@ def grouped_fit(tmp_path: Path, monkeypatch, every_collection: bool, *overrides:
     return ends.ends, weights, run
 
 
+@pytest.mark.slow
 def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: Path, monkeypatch) -> None:
     args = ("total_frames=300", "eval.every_frames=150", "checkpoint.every_frames=100")
     ends, grouped, run = grouped_fit(tmp_path / "grouped", monkeypatch, False, *args)

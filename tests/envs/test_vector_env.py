@@ -58,6 +58,7 @@ def test_unknown_id_suggests_close_matches():
         make_env(EnvConfig(id="CartPole-v9"))
 
 
+@pytest.mark.slow
 def test_async_vectorization_gives_the_same_keys():
     env = make_env(EnvConfig(id="CartPole-v1", num_envs=2, vectorization="async"), seed=0)
     try:

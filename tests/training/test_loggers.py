@@ -55,6 +55,7 @@ def test_csv_records_metrics_against_frames_and_the_config(tmp_path: Path, monke
     assert (run_dir / "csv" / "config.yaml").read_text() == (run_dir / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_wandb_records_an_offline_run_against_frames(tmp_path: Path, monkeypatch) -> None:
     """An offline W&B run keeps its records in a binary log (``wandb sync`` uploads it): they are read back
     from the run itself, as W&B summarises them, just before the fit ends it."""

@@ -37,6 +37,7 @@ def _dump(path: Path) -> list[list[str]]:
     return sorted(sorted(line.strip().rstrip(",") for line in s.splitlines()) for s in statements)
 
 
+@pytest.mark.slow
 def test_a_copied_store_is_the_store_mlflow_makes(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

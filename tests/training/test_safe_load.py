@@ -137,6 +137,7 @@ def test_the_replay_check_accepts_what_fit_writes(real_run: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["dqn", "tdmpc2"])
+@pytest.mark.slow
 def test_checkpoints_of_the_previous_format_evaluate_and_resume(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

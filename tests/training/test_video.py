@@ -16,6 +16,7 @@ from rl_lightning.training.video import VideoError, record_video
 iio = pytest.importorskip("imageio.v3")
 
 
+@pytest.mark.slow
 def test_a_hockey_video_holds_the_rendered_frames_of_the_episode(tmp_path: Path) -> None:
     # The untrained policy's weights decide when the episode ends (with some, a goal at frame 39): seeded,
     # so that the episode outlasts 40 frames whatever ran before in this process.
