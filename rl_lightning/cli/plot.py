@@ -4,7 +4,8 @@ Inputs are benchmark results (``benchmarks/results/<name>.json``) or MLflow runs
 every run of that name in the store of ``logger.tracking_uri``, one per seed):
 
 - in a benchmark JSON, a curve is a list of ``[frames, value]`` pairs; curves under ``seeds[i].<name>``
-  are the seeds of curve ``<name>``, curves under any other key stand alone;
+  (a list of seeds) or ``seeds.<seed>.<name>`` (seeds keyed by their number, as the learning runner's
+  suites hold them) are the seeds of curve ``<name>``, curves under any other key stand alone;
 - in MLflow, a curve is the history of a metric (``eval/return_mean``, ...) against frames.
 
 Curves whose name contains ``plot.metric`` are drawn, one panel per curve name: the mean over seeds (on
@@ -45,8 +46,9 @@ def _is_curve(value: Any) -> bool:
 
 def _walk(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     if isinstance(node, dict):
+        keyed_seeds = bool(path) and path[-1] == "seeds"
         for key, value in node.items():
-            yield from _walk(value, (*path, str(key)))
+            yield from _walk(value, (*path, f"[{key}]" if keyed_seeds else str(key)))
     elif _is_curve(node):
         yield path, node
     elif isinstance(node, list):

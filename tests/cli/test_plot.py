@@ -33,6 +33,19 @@ def test_curves_are_found_per_seed_and_aligned_on_the_union_of_frames(tmp_path: 
     np.testing.assert_array_equal(values, [[1.0, 1.0, 3.0], [np.nan, 10.0, 30.0]])
 
 
+def test_seeds_keyed_by_their_number_are_the_seeds_of_one_curve(tmp_path: Path) -> None:
+    """The learning runner's suites keep each entry's seeds in a dict keyed by the seed."""
+    result = {"entries": {"dqn_breakout": {"seeds": {
+        "0": {"seed": 0, "eval_curve": [[100, 1.0], [200, 2.0]]},
+        "2": {"seed": 2, "eval_curve": [[100, 3.0], [200, 4.0]]},
+    }}}}  # fmt: skip
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(result))
+    curves = curves_from_json(path)
+    assert list(curves) == ["entries/dqn_breakout/eval_curve"]
+    assert [c[0] for c in curves["entries/dqn_breakout/eval_curve"]] == ["seed 0", "seed 2"]
+
+
 def test_plot_command_writes_an_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
