@@ -22,15 +22,18 @@ from callbacks._protocol import (
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Modes in which inductor records CUDA graphs itself (cudagraph trees): the first calls warm up and record.
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# Backends dynamo lists only among its debugging tools: traced graphs run on eager kernels.
+DEBUG_BACKENDS = ("aot_eager", "eager")
 
 
 class TorchCompile(HotPathCallback):
     """Compile the module's hot paths (``update``, ``act``) with ``torch.compile`` for the fit.
 
     In ``on_fit_start`` (the module is on its device) every selected hot path is replaced by
-    ``torch.compile(current, mode=..., fullgraph=..., dynamic=...)``, where ``current`` is whatever is there
-    (the method, or a wrapper from a callback listed earlier); ``on_fit_end``/``teardown``/``on_exception``
-    put the methods back. Compilation is lazy: it happens on each path's first call.
+    ``torch.compile(current, mode=..., fullgraph=..., dynamic=..., backend=...)``, where ``current`` is
+    whatever is there (the method, or a wrapper from a callback listed earlier);
+    ``on_fit_end``/``teardown``/``on_exception`` put the methods back. Compilation is lazy: it happens on
+    each path's first call.
 
     Ordering: list ``MixedPrecision`` (if any) before ``TorchCompile`` and ``CudaGraphs`` after it, so the
     autocast region is traced into the compiled graph and the CUDA graph captures the compiled code.
@@ -55,6 +58,11 @@ class TorchCompile(HotPathCallback):
         dynamic: ``False`` specializes on shapes, ``True`` compiles shape-generic code, ``None`` lets
             dynamo decide after a recompilation.
         paths: hot paths to compile; ``None`` compiles all of the module's ``hot_paths``.
+        backend: the dynamo backend. ``"inductor"`` generates fused kernels (what makes compiled code
+            fast); ``"aot_eager"`` traces the same forward and backward graphs through AOTAutograd and runs
+            them with eager kernels, without code generation: to tell a tracing problem from a code
+            generation one, and for checks of what tracing does to an update's results, at a fraction of
+            inductor's compile time on a cold cache.
 
     Example:
         >>> trainer = pl.Trainer(callbacks=[TorchCompile(mode="default"), CudaGraphs(warmup=3)])
@@ -66,9 +74,19 @@ class TorchCompile(HotPathCallback):
         fullgraph: bool = False,
         dynamic: bool | None = False,
         paths: Sequence[str] | None = None,
+        backend: str = "inductor",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"TorchCompile: mode={mode!r} is not a torch.compile mode; use one of {MODES}.")
+        backends = sorted({*torch._dynamo.list_backends(), *DEBUG_BACKENDS})
+        if backend not in backends:
+            raise ValueError(
+                f"TorchCompile: backend={backend!r} is not a dynamo backend; use one of {backends}."
+            )
+        if backend != "inductor" and mode != "default":
+            raise ValueError(
+                f"TorchCompile: mode={mode!r} is inductor's; use mode=default with backend={backend!r}."
+            )
         if not isinstance(fullgraph, bool):
             raise ValueError(f"TorchCompile: fullgraph={fullgraph!r} must be True or False.")
         if dynamic is not None and not isinstance(dynamic, bool):
@@ -77,6 +95,7 @@ class TorchCompile(HotPathCallback):
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.paths = check_paths_argument(paths, "TorchCompile")
+        self.backend = backend
         self.compile_s = 0.0
         self._selected: tuple[str, ...] = ()
         self._pending_log = False
@@ -104,7 +123,9 @@ class TorchCompile(HotPathCallback):
             wrap_hot_path(pl_module, name, self._compile, owner=self)
 
     def _compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        compiled = torch.compile(fn, mode=self.mode, fullgraph=self.fullgraph, dynamic=self.dynamic)
+        compiled = torch.compile(
+            fn, mode=self.mode, fullgraph=self.fullgraph, dynamic=self.dynamic, backend=self.backend
+        )
         calls = 0
 
         @functools.wraps(fn)

@@ -105,6 +105,10 @@ def test_compile_rejects_bad_flags() -> None:
         TorchCompile(fullgraph="yes")
     with pytest.raises(ValueError, match="dynamic"):
         TorchCompile(dynamic="auto")
+    with pytest.raises(ValueError, match=r"backend='xla2' is not a dynamo backend; use one of .*'aot_eager'"):
+        TorchCompile(backend="xla2")
+    with pytest.raises(ValueError, match="mode='reduce-overhead' is inductor's; use mode=default"):
+        TorchCompile(mode="reduce-overhead", backend="aot_eager")
 
 
 @pytest.fixture(scope="module")
