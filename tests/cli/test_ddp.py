@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import mlflow_runs, run_cli
+from helpers.cli import mlflow_runs, run_main
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 pytestmark = pytest.mark.slow
@@ -77,8 +77,8 @@ def test_two_ranks_train_identical_parameters_save_both_shards_and_resume(tmp_pa
 
 def test_resuming_with_another_number_of_ranks_says_what_to_do(tmp_path: Path) -> None:
     first = fit(tmp_path, *DDP, "total_frames=256", "logger=none")
-    proc = run_cli(tmp_path, "fit", "+experiment=dqn_cartpole", "device=cpu", "logger=none",
-                   "total_frames=512", "ckpt_path=last", "replay.capacity=5000")  # fmt: skip
+    proc = run_main(tmp_path, "fit", "+experiment=dqn_cartpole", "device=cpu", "logger=none",
+                    "total_frames=512", "ckpt_path=last", "replay.capacity=5000")  # fmt: skip
     assert proc.returncode == 2 and "was written by 2 ranks; resume it with trainer.devices=2" in proc.stderr
     assert Path(tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt").is_file()
 
