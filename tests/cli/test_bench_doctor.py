@@ -88,7 +88,7 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
         "bench",
         "+experiment=dqn_cartpole",
         "device=cpu",
-        "bench.frames=640",
+        "bench.frames=512",
         "collect.warmup_frames=128",
         "collect.frames_per_batch=128",
         "bench.variants=[fused_optimizer,tf32]",
@@ -101,7 +101,7 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "out" / "bench.json").read_text())
     (run_dir,) = tmp_path.glob("runs/dqn_cartpole/*/bench_results.json")
     assert json.loads(run_dir.read_text()) == results
-    assert results["experiment"] == "dqn_cartpole" and results["frames"] == 640
+    assert results["experiment"] == "dqn_cartpole" and results["frames"] == 512
     assert results["torch_threads"] == 1 and results["flush_denormal"] is True
     assert results["machine"]["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     rows = {row["variant"]: row for row in results["variants"]}

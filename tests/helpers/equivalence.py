@@ -309,8 +309,8 @@ class FamilyEquivalence:
     #: The experiments whose every hot path ``test_compile_matches`` compiles (default: all); one that runs
     #: the same update code as another may be left to it, since compiling an update takes seconds.
     COMPILED: ClassVar[frozenset[str] | None] = None
-    #: The experiments whose compile test generates code with inductor (besides DQN and TD-MPC2, in their
-    #: own file: inductor's code on the three kinds of update). The others trace with
+    #: The experiments whose compile test generates code with inductor (DQN's and TD-MPC2's, in their own
+    #: file, do: inductor's code on a value update and on a world model's). The others trace with
     #: ``aot_eager``: dynamo's capture and AOTAutograd's forward and backward graphs, where compiling can
     #: change an update's results, run on eager kernels without inductor's code generation, which costs
     #: tens of seconds per update on a cold cache (measured: TD3's test 66 s with inductor, 28 s without).
