@@ -15,46 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.equivalence import (
-    DQN,
-    TDMPC2,
-    actor_critic_data,
-    dqn_data,
-    options_data,
-    quantile_data,
-    tdmpc2_data,
-)
+from helpers.equivalence import ALGORITHMS
 
 from rl_lightning.algos.base import PRIORITY_KEY
 from rl_lightning.cli import compose, main
 from rl_lightning.cli.run import build_module, env_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
-SMALL = ["algo.hidden_sizes=[32,32]", "algo.grad_clip=10.0"]  # with clipping: the grad_norm keys too
-#: Each case's experiment, its data, and the algorithm whose row (``algo=NAME``) documents its keys.
-CASES = {
-    "dqn": ([*DQN], dqn_data),
-    "c51": (["+experiment=c51_cartpole", *SMALL], quantile_data),
-    "rainbow": (["+experiment=rainbow_cartpole", *SMALL], quantile_data),
-    "qrdqn": (["+experiment=qrdqn_cartpole", *SMALL], quantile_data),
-    "iqn": (["+experiment=iqn_cartpole", *SMALL], quantile_data),
-    "aciqn": (
-        [
-            "+experiment=aciqn_pendulum",
-            "algo.actor_hidden_sizes=[32,32]",
-            "algo.critic_hidden_sizes=[32,32]",
-            "algo.policy_delay=1",
-            "algo.grad_clip=10.0",
-        ],
-        quantile_data,
-    ),
-    "sac": (["+experiment=sac_pendulum", *SMALL], actor_critic_data),
-    "sac_discrete": (["+experiment=sac_discrete_cartpole", *SMALL], actor_critic_data),
-    "td3": (["+experiment=td3_pendulum", *SMALL, "algo.policy_delay=1"], actor_critic_data),
-    "ddpg": (["+experiment=ddpg_pendulum", *SMALL], actor_critic_data),
-    "sac_options": (["+experiment=sac_options_pendulum", *SMALL], options_data),
-    "tdmpc2": (TDMPC2, tdmpc2_data),
-}
+#: Every algorithm, clipping its gradients (so that the grad_norm keys are logged too).
+CASES = {name: ([*overrides, "algo.grad_clip=10.0"], data) for name, (overrides, data) in ALGORITHMS.items()}
 
 
 #: The rows (``algo=NAME``) that document a case's keys, where not its own name: Rainbow is C51 with flags,

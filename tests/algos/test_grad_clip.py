@@ -8,20 +8,12 @@ clipping) is above it. Without clipping the same steps see norms above the limit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 import torch
-from helpers.equivalence import (
-    DQN,
-    TDMPC2,
-    actor_critic_data,
-    dqn_data,
-    options_data,
-    quantile_data,
-    tdmpc2_data,
-)
+from helpers.equivalence import ALGORITHMS
 from tensordict import TensorDictBase
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -29,29 +21,6 @@ from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_module, env_config
 
 LIMIT = 1e-3
-SMALL = ["algo.hidden_sizes=[32,32]"]
-CASES: dict[str, tuple[list[str], Callable]] = {
-    "dqn": (DQN, dqn_data),
-    "c51": (["+experiment=c51_cartpole", *SMALL], quantile_data),
-    "rainbow": (["+experiment=rainbow_cartpole", *SMALL], quantile_data),
-    "qrdqn": (["+experiment=qrdqn_cartpole", *SMALL], quantile_data),
-    "iqn": (["+experiment=iqn_cartpole", *SMALL], quantile_data),
-    "aciqn": (
-        [
-            "+experiment=aciqn_pendulum",
-            "algo.actor_hidden_sizes=[32,32]",
-            "algo.critic_hidden_sizes=[32,32]",
-            "algo.policy_delay=1",
-        ],
-        quantile_data,
-    ),
-    "sac": (["+experiment=sac_pendulum", *SMALL], actor_critic_data),
-    "sac_discrete": (["+experiment=sac_discrete_cartpole", *SMALL], actor_critic_data),
-    "td3": (["+experiment=td3_pendulum", *SMALL, "algo.policy_delay=1"], actor_critic_data),
-    "ddpg": (["+experiment=ddpg_pendulum", *SMALL], actor_critic_data),
-    "sac_options": (["+experiment=sac_options_pendulum", *SMALL], options_data),
-    "tdmpc2": (TDMPC2, tdmpc2_data),
-}
 #: Parameters no algorithm clips: the entropy temperatures, learned on a loss of their own.
 UNCLIPPED = ("log_alpha",)
 
@@ -79,7 +48,7 @@ def step_norms(module: torch.nn.Module) -> Iterator[list[tuple[tuple[str, ...], 
 def updates(name: str, grad_clip: float | None) -> tuple[list, list[TensorDictBase]]:
     """Two updates of ``name``'s module (built from its experiment) with ``algo.grad_clip``: the steps'
     recorded norms and the updates' metrics."""
-    overrides, make_data = CASES[name]
+    overrides, make_data = ALGORITHMS[name]
     cfg = compose([*overrides, "device=cpu", f"algo.grad_clip={'null' if grad_clip is None else grad_clip}"])
     torch.manual_seed(0)
     module = build_module(cfg, env_config(cfg))
@@ -93,7 +62,7 @@ def clipped_steps(seen: list) -> list[tuple[tuple[str, ...], float]]:
     return [(names, norm) for names, norm in seen if not all(n.endswith(UNCLIPPED) for n in names)]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_clipped_step_sees_at_most_the_limit(name: str) -> None:
     seen, metrics = updates(name, LIMIT)
     steps = clipped_steps(seen)

@@ -470,3 +470,32 @@ def options_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
         b[OPTION_KEY] = torch.randint(0, module.num_options, (n,), generator=g)
         b[OPTION_AGE_KEY] = torch.randint(1, 20, (n,), generator=g) * (torch.rand(n, generator=g) > 0.25)
     return batches, observations
+
+
+#: Every algorithm at a small size, with the batches its update takes: ``{name: (overrides, make_data)}``.
+#: No ``algo.grad_clip`` here: the tests that use it set their own.
+ALGORITHMS: dict[str, tuple[list[str], Callable[..., tuple[list, list]]]] = {
+    "dqn": (DQN, dqn_data),
+    "c51": (["+experiment=c51_cartpole", "algo.hidden_sizes=[32,32]"], quantile_data),
+    "rainbow": (["+experiment=rainbow_cartpole", "algo.hidden_sizes=[32,32]"], quantile_data),
+    "qrdqn": (["+experiment=qrdqn_cartpole", "algo.hidden_sizes=[32,32]"], quantile_data),
+    "iqn": (["+experiment=iqn_cartpole", "algo.hidden_sizes=[32,32]"], quantile_data),
+    "aciqn": (
+        [
+            "+experiment=aciqn_pendulum",
+            "algo.actor_hidden_sizes=[32,32]",
+            "algo.critic_hidden_sizes=[32,32]",
+            "algo.policy_delay=1",
+        ],
+        quantile_data,
+    ),
+    "sac": (["+experiment=sac_pendulum", "algo.hidden_sizes=[32,32]"], actor_critic_data),
+    "sac_discrete": (["+experiment=sac_discrete_cartpole", "algo.hidden_sizes=[32,32]"], actor_critic_data),
+    "td3": (
+        ["+experiment=td3_pendulum", "algo.hidden_sizes=[32,32]", "algo.policy_delay=1"],
+        actor_critic_data,
+    ),
+    "ddpg": (["+experiment=ddpg_pendulum", "algo.hidden_sizes=[32,32]"], actor_critic_data),
+    "sac_options": (["+experiment=sac_options_pendulum", "algo.hidden_sizes=[32,32]"], options_data),
+    "tdmpc2": (TDMPC2, tdmpc2_data),
+}
