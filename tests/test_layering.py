@@ -19,6 +19,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def import_module_argument(node: ast.AST) -> str | None:
+    """The module named by ``node`` if it is an ``importlib.import_module("name")`` call, else ``None``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "import_module"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return node.args[0].value
+    return None
+
+
 def imported_top_level_names(package_dir: Path) -> dict[str, set[str]]:
     """``{file: {top-level module names it imports}}`` for every .py file under ``package_dir``."""
     found: dict[str, set[str]] = {}
@@ -30,15 +44,8 @@ def imported_top_level_names(package_dir: Path) -> dict[str, set[str]]:
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module.split(".")[0])
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "import_module"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
-                names.add(node.args[0].value.split(".")[0])
+            elif (module := import_module_argument(node)) is not None:
+                names.add(module.split(".")[0])
         found[str(path.relative_to(ROOT))] = names
     return found
 
@@ -191,15 +198,8 @@ def imports_of_test_modules(source: str) -> list[tuple[int, str]]:
             names = (
                 [module] if is_test_module(module) else [f"{module}.{a.name}".lstrip(".") for a in node.names]
             )
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            names = [node.args[0].value]
+        elif (module := import_module_argument(node)) is not None:
+            names = [module]
         found += [(node.lineno, name) for name in names if is_test_module(name)]
     return sorted(found)
 
