@@ -111,6 +111,13 @@ def test_compile_rejects_bad_flags() -> None:
         TorchCompile(mode="reduce-overhead", backend="aot_eager")
 
 
+def test_compile_passes_its_backend_and_mode_to_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict = {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
+    TorchCompile(backend="aot_eager")._compile(lambda x: x)
+    assert seen["backend"] == "aot_eager" and seen["mode"] == "default"
+
+
 @pytest.fixture(scope="module")
 def compiled_fit():
     callback = TorchCompile(mode="default")
