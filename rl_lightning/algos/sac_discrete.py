@@ -113,6 +113,9 @@ class DiscreteSAC(SoftActorCritic):
         # The loss creates its target-entropy buffer on first use: create it now, so that the state dict
         # has the same keys before and after the first update (checkpoints load either way).
         _ = self.loss_module.target_entropy
+        # Its in_keys are also set on first use (by the first forward): set them now, or a compiled
+        # ``update`` sees the attribute change after its first call and traces the whole update again.
+        _ = self.loss_module.in_keys
 
     # ------------------------------------------------------------------ losses
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
