@@ -92,6 +92,26 @@ def flushes_denormals() -> bool:
     return bool(torch.tensor([1e-39], dtype=torch.float32).mul(1.0)[0] == 0)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (``bench`` reports its growth over a run).
+
+    On Linux it is the address space's own high-water mark (``VmHWM``): ``ru_maxrss`` carries over the
+    parent's resident memory at the fork that started this process, so a variant started from a large
+    process (``bench`` run from a notebook or a test) would report the parent's size as its peak.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # kB
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
 def apply_process_settings(cfg: DictConfig) -> None:
     """Torch threads (``torch_threads``) and subnormal flushing (``flush_denormal``) for this process.
 

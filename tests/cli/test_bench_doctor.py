@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import TINY_TDMPC2, mlflow_client, mlflow_runs, run_cli
+from helpers.cli import TINY_TDMPC2, mlflow_client, mlflow_runs, run_main
 
 from rl_lightning.cli import main
 from rl_lightning.cli.doctor import recommendations
@@ -83,7 +83,7 @@ def test_bench_rejects_bad_settings_in_one_line(override: str, message: str, cap
 
 @pytest.mark.slow
 def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
-    proc = run_cli(
+    proc = run_main(
         tmp_path,
         "bench",
         "+experiment=dqn_cartpole",
@@ -94,7 +94,6 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
         "bench.variants=[fused_optimizer,tf32]",
         "bench.act_calls=20",
         "bench.out=out/bench.json",
-        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "env frames/s" in proc.stdout and "fused_optimizer" in proc.stdout
@@ -131,10 +130,10 @@ def test_bench_writes_baseline_variants_and_ratios(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_bench_times_act_on_as_many_envs_as_training_steps(tmp_path: Path) -> None:
     # TD-MPC2's planner is built for env.num_envs envs: the act latency must be timed on that many.
-    proc = run_cli(
+    proc = run_main(
         tmp_path, "bench", "+experiment=tdmpc2_pendulum", *TINY_TDMPC2, "device=cpu", "logger=none",
         "env.num_envs=2", "collect.warmup_frames=32", "bench.frames=96", "bench.variants=[fused_optimizer]",
-        "bench.baseline=false", "bench.act_calls=3", "bench.out=out/bench.json", timeout=240,
+        "bench.baseline=false", "bench.act_calls=3", "bench.out=out/bench.json",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "bench.json").read_text())

@@ -1,4 +1,4 @@
-"""Process settings of a command: subnormal flushing (``flush_denormal``) and torch threads."""
+"""Process settings of a command (``flush_denormal``, torch threads) and its peak memory."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import torch
 from omegaconf import OmegaConf
 
 from rl_lightning.cli import main
-from rl_lightning.cli.process import apply_process_settings, flushes_denormals, restore_process_settings
+from rl_lightning.cli.process import (
+    apply_process_settings,
+    flushes_denormals,
+    peak_rss_mb,
+    restore_process_settings,
+)
 
 #: The smallest subnormal float32 times four: Adam's ``0.9 * m`` rounds back to it.
 STUCK = 4 * 2.0**-149
@@ -95,3 +100,17 @@ def test_intra_op_threads_started_after_the_settings_flush_too(pool_first: bool)
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
     assert (int(out.stdout) > 0) is pool_first
+
+
+def test_a_started_process_reports_its_own_peak_memory_not_its_parents() -> None:
+    """A bench variant is a process started from the command's: its peak must not be the parent's size
+    (``ru_maxrss`` carries that over the fork on Linux)."""
+    ballast = bytearray(512 * 2**20)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # resident: every page written
+    code = "from rl_lightning.cli.process import peak_rss_mb; print(peak_rss_mb())"
+    child = float(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
+    assert 0 < child < 256  # the interpreter and OmegaConf: tens of MiB
+    assert peak_rss_mb() > 512
+    del ballast

@@ -24,7 +24,8 @@ Method, and why:
   observations of the training envs' shape under ``torch.no_grad()`` as the collector does, outside the
   collector: 5 untimed calls, then ``bench.act_calls`` timed ones between two synchronizations.
 - ``peak_mem_mb``: on CUDA ``torch.cuda.max_memory_allocated`` over the run; on a CPU the growth of the
-  process's peak resident memory (``ru_maxrss``) from after the imports to the end of the run.
+  process's peak resident memory (Linux: its own ``VmHWM``; elsewhere ``ru_maxrss``) from after the imports
+  to the end of the run.
   Both include compilation.
 - ``bench.repeats`` rounds: each round runs every variant once, in order, so that a spell of load from
   other processes hits all variants rather than one. Each figure is the best over the rounds (highest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,8 @@ import lightning as L
 import torch
 from omegaconf import OmegaConf
 
+from rl_lightning.cli.process import peak_rss_mb
+
 __all__ = ["worker_main"]
 
 _ACT_WARMUP = 5
@@ -22,11 +23,6 @@ _ACT_WARMUP = 5
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _peak_rss_mb() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
 
 class _SteadyStateProbe(L.Callback):
@@ -111,7 +107,7 @@ def worker_main() -> None:
     from rl_lightning.training.evaluation import EvalCallback
 
     spec = json.loads(Path(sys.argv[1]).read_text())
-    rss_start = _peak_rss_mb()
+    rss_start = peak_rss_mb()
     cfg = OmegaConf.create(spec["config"])
     run = build_run(cfg)
     cuda = run.trainer.strategy.root_device.type == "cuda"
@@ -125,7 +121,7 @@ def worker_main() -> None:
     if cuda:
         out.update(peak_mem_mb=torch.cuda.max_memory_allocated() / 2**20, memory="CUDA max allocated")
     else:
-        out.update(peak_mem_mb=_peak_rss_mb() - rss_start, memory="RSS growth")
+        out.update(peak_mem_mb=peak_rss_mb() - rss_start, memory="RSS growth")
     out["callbacks"] = [type(cb).__name__ for cb in callbacks if cb is not probe]
     out["frames"] = run.datamodule.frames
     out["updates"] = run.datamodule.updates
