@@ -372,8 +372,10 @@ def test_compiled_plan_traces_one_iteration_and_calls_it_each_time(num_envs: int
     could differ in strides and get a region of their own), and the plan it computes is the eager one."""
     model = small_model(episodic=True).eval()
     z = model.encode(torch.randn(num_envs, OBS)).detach()
+    # Two iterations suffice: a first iteration traced apart from the rest would give two subgraphs. Dynamo
+    # traces the region's body at every call, so each iteration more costs seconds.
     planner = MPPIPlanner(
-        ACT, num_envs=num_envs, num_samples=64, num_pi_trajs=num_pi_trajs, num_elites=8, iterations=4
+        ACT, num_envs=num_envs, num_samples=64, num_pi_trajs=num_pi_trajs, num_elites=8, iterations=2
     )
     graphs: list[torch.fx.GraphModule] = []
 

@@ -22,6 +22,7 @@ TDMPC2_TINY = [
     "algo.mlp_dim=32", "algo.enc_dim=32", "algo.num_samples=32", "algo.num_elites=4", "algo.num_pi_trajs=2",
     "algo.iterations=2",
     "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
+    "eval.episodes=1",  # a game per opponent: up to 251 planned steps each
 ]  # fmt: skip
 #: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py and (the
 #: image games, +debug=quick with their frame store) tests/envs/test_image_envs.py.

@@ -11,7 +11,6 @@ from helpers.cli import TINY_TDMPC2, check_trajectories_across_resume
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
-from rl_lightning.data.replay import TRAJ_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -83,25 +82,6 @@ def test_workers_of_an_actor_critic_act_with_the_weights_of_the_module(tmp_path:
     torch.testing.assert_close(acted, torch.full_like(acted, 1.0), atol=0.05, rtol=0)
 
 
-def test_slices_from_several_workers_keep_their_trajectories_apart(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    cfg = compose([
-        "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false", "total_frames=240",
-        "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8", "env.num_envs=2",
-        "replay.batch_size=24", *TINY_TDMPC2, "eval.every_frames=0", "eval.episodes=1",
-        "replay.capacity=1000",
-    ])  # fmt: skip
-    run = build_run(cfg)
-    run.trainer.fit(run.module, datamodule=run.datamodule)
-    stored = run.datamodule.replay.storage[: len(run.datamodule.replay)]
-    ids, steps = stored[TRAJ_KEY].reshape(-1), stored["step_count"].reshape(-1)
-    # 2 workers x 2 envs, Pendulum's 200-step episodes: four trajectories, each with its own id, whose
-    # step counts run 0, 1, 2, ... without a gap.
-    assert ids.unique().numel() == 4
-    for i in ids.unique():
-        assert torch.equal(steps[ids == i].sort().values, torch.arange(int((ids == i).sum())))
-
-
 def test_trajectories_of_local_workers_stay_apart_after_a_resume(tmp_path: Path, monkeypatch) -> None:
     from rl_lightning.cli.fit import fit
 
@@ -113,9 +93,10 @@ def test_trajectories_of_local_workers_stay_apart_after_a_resume(tmp_path: Path,
         "replay.capacity=1000",
         "checkpoint.every_frames=240",
     ]  # fmt: skip
-    first = fit(compose([*base, "total_frames=240"]))
+    first = fit(compose([*base, "total_frames=240"]))  # 2 workers x 2 envs: four trajectories
     run = fit(compose([*base, "total_frames=320", "ckpt_path=last"]))
     assert run.datamodule.frames == 320
-    # 2 workers x 2 envs: four trajectories before the resume and four new ones after it (the workers'
-    # envs start new episodes), numbered past the stored ones.
+    # Four trajectories before the resume and four new ones after it (the workers' envs start new
+    # episodes), numbered past the stored ones; each with its own id, whose step counts run 0, 1, 2, ...
+    # without a gap (Pendulum's episodes last 200 steps: none ended).
     check_trajectories_across_resume(first, run, per_side=4)
