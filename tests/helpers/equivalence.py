@@ -300,7 +300,7 @@ class FamilyEquivalence:
     takes ``name``, one of the experiments.
 
     - ``FusedOptimizer``, ``DirectSteps``, ``TorchCompile`` on ``act`` and (``slow``) on every hot path
-      (``COMPILED``, with inductor for ``INDUCTOR``): float32 rounding only, ``DirectSteps`` bit for bit.
+      (``COMPILED``, traced with ``aot_eager``): float32 rounding only, ``DirectSteps`` bit for bit.
     - ``MixedPrecision`` (bf16): the first update's loss ``loss_key(name)`` within ``BF16_FIRST_LOSS``, and
       the family's ``BF16`` bounds on the parameter change and the actions.
     """
@@ -309,12 +309,6 @@ class FamilyEquivalence:
     #: The experiments whose every hot path ``test_compile_matches`` compiles (default: all); one that runs
     #: the same update code as another may be left to it, since compiling an update takes seconds.
     COMPILED: ClassVar[frozenset[str] | None] = None
-    #: The experiments whose compile test generates code with inductor (DQN's and TD-MPC2's, in their own
-    #: file, do: inductor's code on a value update and on a world model's). The others trace with
-    #: ``aot_eager``: dynamo's capture and AOTAutograd's forward and backward graphs, where compiling can
-    #: change an update's results, run on eager kernels without inductor's code generation, which costs
-    #: tens of seconds per update on a cold cache (measured: TD3's test 66 s with inductor, 28 s without).
-    INDUCTOR: ClassVar[frozenset[str]] = frozenset()
     EXACT_ACTIONS: ClassVar[frozenset[str]]  # the experiments whose actions compare bit for bit (discrete)
     BF16: ClassVar[Bf16Bounds]
 
@@ -349,14 +343,20 @@ class FamilyEquivalence:
         assert_direct_steps_match(self.reference(name), self.EXPERIMENTS[name], self.make_data)
 
     def test_compiled_act_matches(self, name: str) -> None:
-        other = run(self.EXPERIMENTS[name], self.make_data, [TorchCompile(mode="default", paths=["act"])])
+        # aot_eager, as test_compile_matches: inductor's first code generation in a process costs tens of
+        # seconds on a cold cache, and this test is in the fast tier.
+        act = TorchCompile(mode="default", paths=["act"], backend="aot_eager")
+        other = run(self.EXPERIMENTS[name], self.make_data, [act])
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
         assert_compiled(self.reference(name), other)
 
     @pytest.mark.slow
     def test_compile_matches(self, name: str) -> None:
-        backend = "inductor" if name in self.INDUCTOR else "aot_eager"
-        other = compile_run(self.EXPERIMENTS[name], self.make_data, backend)
+        # Traced with aot_eager: dynamo's capture and AOTAutograd's forward and backward graphs, where
+        # compiling can change an update's results, run on eager kernels. Inductor's code generation costs
+        # tens of seconds per update on a cold cache (TD3's test: 66 s with inductor, 28 s without); DQN's
+        # test (test_callbacks_equivalence.py) is the one that generates code.
+        other = compile_run(self.EXPERIMENTS[name], self.make_data, "aot_eager")
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
         assert_compiled(self.reference(name), other)
 
