@@ -56,33 +56,9 @@ def shard_lengths(last: Path) -> list[int]:
     return out
 
 
-def test_two_ranks_train_alike_save_both_shards_and_resume_on_two_ranks_only(tmp_path: Path) -> None:
-    first = fit(tmp_path, *DDP, "total_frames=512", *dump(tmp_path / "p1"))
-    assert first["frames"] == 512 and first["updates"] > 0
-    ranks = [torch.load(tmp_path / "p1" / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
-    # DDP averaged the gradients: after every update both ranks hold the same parameters (and targets).
-    assert ranks[0].keys() == ranks[1].keys()
-    for key in ranks[0]:
-        torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
-    last = tmp_path / first["run_dir"] / "checkpoints" / "last.ckpt"
-    assert shard_lengths(last) == [256, 256]  # each rank its own envs and replay shard, half the frames each
-    (run,) = mlflow_runs(tmp_path)  # one MLflow run, written by rank 0
-    assert run.info.status == "FINISHED"
-    # Resuming on one rank is refused with what to do, and leaves the checkpoint as it was.
-    proc = run_main(tmp_path, "fit", "+experiment=dqn_cartpole", "device=cpu", "logger=none",
-                    "total_frames=768", "ckpt_path=last", "replay.capacity=5000")  # fmt: skip
-    assert proc.returncode == 2 and "was written by 2 ranks; resume it with trainer.devices=2" in proc.stderr
-    assert shard_lengths(last) == [256, 256]
-    # Resume: each rank restores its own shard and the frame budget stays global.
-    second = fit(tmp_path, *DDP, "total_frames=768", "ckpt_path=last", *dump(tmp_path / "p2"))
-    assert second["run_dir"] == first["run_dir"] and second["frames"] == 768
-    assert shard_lengths(last) == [384, 384]
-    assert len(mlflow_runs(tmp_path)) == 1
-
-
-def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_resumable_checkpoint(tmp_path: Path) -> None:
+def test_two_ranks_stop_together_on_ctrl_c_resume_on_two_ranks_only_and_train_alike(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rl_lightning", "fit", *DDP, "total_frames=200000", "logger=none"],
+        [sys.executable, "-m", "rl_lightning", "fit", *DDP, "total_frames=200000"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
         start_new_session=True,  # its own process group: Ctrl-C in a terminal reaches every rank
         # As from a terminal, even when the tests run in the background (which ignores SIGINT).
@@ -101,10 +77,25 @@ def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_resumable_checkpoi
     frames = next(v for k, v in torch.load(last, weights_only=True).items() if k.endswith("RLDataModule"))[
         "frames"
     ]
-    lengths = shard_lengths(last)
-    assert lengths[0] == lengths[1] == frames // 2  # both ranks stopped after the same collection
-    resumed = fit(tmp_path, *DDP, f"total_frames={frames + 128}", "ckpt_path=last", "logger=none")
-    assert resumed["frames"] == frames + 128
+    # Each rank its own envs and replay shard, half the frames each; both stopped after the same collection.
+    assert shard_lengths(last) == [frames // 2, frames // 2]
+    # Resuming on one rank is refused with what to do, and leaves the checkpoint as it was.
+    refused = run_main(tmp_path, "fit", "+experiment=dqn_cartpole", "device=cpu", "logger=none",
+                       f"total_frames={frames + 128}", "ckpt_path=last", "replay.capacity=5000")  # fmt: skip
+    assert refused.returncode == 2
+    assert "was written by 2 ranks; resume it with trainer.devices=2" in refused.stderr
+    assert shard_lengths(last) == [frames // 2, frames // 2]
+    # On two ranks each restores its own shard, and the frame budget stays global.
+    resumed = fit(tmp_path, *DDP, f"total_frames={frames + 128}", "ckpt_path=last", *dump(tmp_path / "p"))
+    assert resumed["frames"] == frames + 128 and resumed["updates"] > 0
+    assert shard_lengths(last) == [(frames + 128) // 2] * 2
+    # DDP averaged the gradients: after every update both ranks hold the same parameters (and targets).
+    ranks = [torch.load(tmp_path / "p" / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0].keys() == ranks[1].keys()
+    for key in ranks[0]:
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
+    (run,) = mlflow_runs(tmp_path)  # one MLflow run, written by rank 0, through the resume
+    assert run.info.status == "FINISHED"
 
 
 def free_port() -> int:

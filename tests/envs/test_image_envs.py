@@ -187,8 +187,11 @@ def test_image_experiment_fits_resumes_and_evaluates_through_the_cli(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
     monkeypatch.chdir(tmp_path)
-    # A Nature-CNN update costs tens of milliseconds on a CPU: few of them, and short evaluation episodes.
-    cheaper = ["collect.warmup_frames=450", "env.max_episode_steps=50", "eval.episodes=1"]
+    # A Nature-CNN update costs tens of milliseconds on a CPU (IQN's, over 64 quantiles, hundreds): few of
+    # them, on small batches, and short evaluation episodes.
+    cheaper = [
+        "collect.warmup_frames=450", "env.max_episode_steps=50", "eval.episodes=1", "replay.batch_size=8",
+    ]  # fmt: skip
     cheaper = cheaper if "atari" in name else []
     quick = [f"+experiment={name}", "+debug=quick", "device=cpu", *cheaper]
     assert main(["fit", *quick]) == 0
