@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from rl_lightning.training.mlflow_logger import live_history
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -46,8 +48,8 @@ class RunRecord:
 
 
 def history(client: Any, run_id: str, key: str) -> list[list[float]]:
-    """``[[frames, value], ...]`` of one metric, sorted by frames."""
-    return sorted([int(m.step), m.value] for m in client.get_metric_history(run_id, key))
+    """``[[frames, value], ...]`` of one metric, sorted by frames (of a resumed run, as it stands)."""
+    return [[int(m.step), m.value] for m in live_history(client.get_metric_history(run_id, key))]
 
 
 def mean_of(values: list[Any]) -> Any:

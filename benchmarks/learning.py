@@ -49,6 +49,7 @@ import numpy as np
 from _common import RESULTS, cli, write
 from _learning_hooks import HOOKS, RunRecord, history
 
+from rl_lightning.training.mlflow_logger import live_history
 from rl_lightning.training.stats import interval_estimates
 
 LAST_EPISODES = 100
@@ -175,11 +176,9 @@ SUITES: dict[str, list[Entry]] = {
 def episode_returns(client: Any, run_id: str) -> list[tuple[int, int, float]]:
     """``(frame, episodes, mean return)`` per logging interval of a run, from ``train/episodes`` (the running
     count) and ``train/episode_return`` (the mean over the interval's episodes, logged where there were
-    some)."""
-    counts = sorted(client.get_metric_history(run_id, "train/episodes"), key=lambda m: (m.step, m.timestamp))
-    means = sorted(
-        client.get_metric_history(run_id, "train/episode_return"), key=lambda m: (m.step, m.timestamp)
-    )
+    some). A resumed run's intervals are those of the run as it stands (``live_history``)."""
+    counts = live_history(client.get_metric_history(run_id, "train/episodes"))
+    means = live_history(client.get_metric_history(run_id, "train/episode_return"))
     out, seen, j = [], 0, 0
     for m in counts:
         new = int(m.value) - seen

@@ -181,11 +181,13 @@ def finish(procs: list[subprocess.Popen], start: float) -> list[tuple[dict, floa
 def our_curve(workdir: Path, task: str, seed: int, run_dir: str) -> list[tuple[int, float, float]]:
     import mlflow
 
+    from rl_lightning.training.mlflow_logger import live_history
+
     cwd = workdir / f"ours_{task}_s{seed}"
     client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
     run_id = (cwd / run_dir / "mlflow_run_id").read_text().strip()
-    history = client.get_metric_history(run_id, "eval/return_mean")
-    return sorted((int(m.step), m.value, m.timestamp / 1000) for m in history)
+    history = live_history(client.get_metric_history(run_id, "eval/return_mean"))
+    return [(int(m.step), m.value, m.timestamp / 1000) for m in history]
 
 
 def figures(curve: list[tuple[int, float, float]], wall: float, frames: int, threshold: float) -> dict:

@@ -75,6 +75,8 @@ def curves_from_mlflow(
     """``{metric: [one curve per run named run_name]}`` from an MLflow store."""
     import mlflow
 
+    from rl_lightning.training.mlflow_logger import live_history
+
     client = mlflow.MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -86,7 +88,8 @@ def curves_from_mlflow(
     for run in runs:
         seed = run.data.params.get("seed", run.info.run_id[:6])
         for metric in run.data.metrics:
-            history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric))
+            records = live_history(client.get_metric_history(run.info.run_id, metric))
+            history = [(m.step, m.value) for m in records]
             array = np.asarray(history, dtype=float)
             out[metric].append((f"seed {seed}", array[:, 0], array[:, 1]))
     return dict(out)

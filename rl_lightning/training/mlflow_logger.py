@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from rl_lightning.training.mlflow_store import prepare_sqlite_store
 
-__all__ = ["BufferedMLFlowLogger"]
+__all__ = ["BufferedMLFlowLogger", "live_history"]
 
 #: The most metrics MLflow takes in one ``log_batch`` call.
 MAX_METRICS_PER_BATCH = 1000
@@ -121,3 +121,24 @@ class BufferedMLFlowLogger(MLFlowLogger):
         if self._pending:
             self.flush()  # starts the MLflow run if nothing else has yet
         super().finalize(status)
+
+
+def live_history(metrics: Any) -> list[Any]:
+    """One metric's MLflow history as the run stands: the records (``step``, ``value``, ``timestamp``)
+    sorted by step.
+
+    A run resumed from a checkpoint goes on from the checkpoint's frames, and logs again at the frames it
+    had logged between that checkpoint and its interruption; MLflow keeps both. Taken in the order they
+    were written, a record at a smaller step than the one before starts over from there: the earlier
+    records from that step on were logged by the part of the run that was lost, and are left out. (Equal
+    steps are kept: a run may log twice at the same frame count, several updates after one collection.)
+
+    Args:
+        metrics: the ``mlflow.entities.Metric`` records of one key (``client.get_metric_history``).
+    """
+    kept: list[Any] = []
+    for m in sorted(metrics, key=lambda m: (m.timestamp, m.step)):
+        if kept and m.step < kept[-1].step:
+            kept = [k for k in kept if k.step < m.step]
+        kept.append(m)
+    return sorted(kept, key=lambda m: m.step)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning.training.mlflow_logger import MAX_METRICS_PER_BATCH, BufferedMLFlowLogger
+from rl_lightning.training.mlflow_logger import MAX_METRICS_PER_BATCH, BufferedMLFlowLogger, live_history
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 
@@ -118,3 +118,23 @@ def test_the_experiment_kind_tag_set_meanwhile_by_another_run_is_no_error(tmp_pa
     client.get_experiment = the_other_tags_it_after_this_read
     _tag_experiment(client, experiment_id)
     assert read(experiment_id).tags[EXPERIMENT_KIND_TAG[0]] == EXPERIMENT_KIND_TAG[1]
+
+
+def test_the_history_of_a_resumed_run_leaves_out_what_its_lost_part_logged(tmp_path: Path) -> None:
+    """Logged to frame 40 with a checkpoint at 20, killed, resumed from 20 and run to 50: the history is
+    the resumed run's from 20 on (its values, once each), and the first part's before 20."""
+    from mlflow.entities import Metric
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = client.create_run(client.create_experiment("resume")).info.run_id
+    first = [(10, 1.0), (20, 2.0), (20, 2.5), (30, 3.0), (40, 4.0)]  # two records at 20: equal steps stay
+    resumed = [(20, -2.0), (30, -3.0), (40, -4.0), (50, -5.0)]
+    t = 1_000_000
+    records = [Metric("m", value, t + i, step) for i, (step, value) in enumerate(first)]
+    records += [Metric("m", value, t + 1000 + i, step) for i, (step, value) in enumerate(resumed)]
+    client.log_batch(run_id, metrics=records)
+    history = live_history(client.get_metric_history(run_id, "m"))
+    assert [(m.step, m.value) for m in history] == [(10, 1.0), (20, -2.0), (30, -3.0), (40, -4.0), (50, -5.0)]
+    # Without a resume, the history is every record, in order.
+    uninterrupted = live_history([Metric("m", v, t + i, s) for i, (s, v) in enumerate(first)])
+    assert [(m.step, m.value) for m in uninterrupted] == first
