@@ -348,6 +348,17 @@ def brief(outcome: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
 
 
+def reproduce(args: argparse.Namespace, results: dict[str, Any]) -> str:
+    """The command that runs every entry the results file holds: the file accumulates over several runs,
+    each with its own ``command``."""
+    parts = ["python benchmarks/learning.py", args.suite]
+    if set(results) != {e.name for e in SUITES[args.suite]}:
+        parts += ["--only", *[e.name for e in SUITES[args.suite] if e.name in results]]
+    if args.out:
+        parts += ["--out", args.out]
+    return " ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -387,7 +398,8 @@ def main() -> None:
                 data["frames"] = entry.frames
             data["seeds"] = {**data.get("seeds", {}), str(seed): outcome}
             data["summary"] = summarise(entry, data["seeds"])
-            write(name, {"suite": args.suite, "entries": results}, path)
+            payload = {"reproduce": reproduce(args, results), "suite": args.suite, "entries": results}
+            write(name, payload, path)
         print(f"{entry.name} seed {seed}: {brief(outcome)}", flush=True)
 
     with ThreadPoolExecutor(args.parallel) as pool:

@@ -90,6 +90,18 @@ def test_every_suite_entry_is_well_formed(learning) -> None:
             assert p.statistic in ("train_last100", "train_mean", "final_eval", "best_eval", "last_eval")
 
 
+def test_a_results_file_names_the_command_that_reruns_every_entry_it_holds(learning) -> None:
+    from argparse import Namespace
+
+    every = {e.name: {} for e in learning.SUITES["minatar"]}
+    args = Namespace(suite="minatar", out=None)
+    assert learning.reproduce(args, every) == "python benchmarks/learning.py minatar"
+    some = {"rainbow_space_invaders": {}, "dqn_breakout": {}}  # named in the suite's order
+    assert learning.reproduce(Namespace(suite="minatar", out="mine"), some) == (
+        "python benchmarks/learning.py minatar --only dqn_breakout rainbow_space_invaders --out mine"
+    )
+
+
 def test_hockey_outcomes_per_opponent_and_their_mean_over_seeds(hooks) -> None:
     both = {"return_mean": 0.0, "weak/win_rate": 0.9, "weak/loss_rate": 0.04, "weak/draw_rate": 0.06,
             "weak/return_mean": 5.0, "strong/win_rate": 0.7, "strong/loss_rate": 0.2,
