@@ -101,9 +101,13 @@ class Evidence:
             functions directly, so the MLP's own output is what shows autocast); calls inside compiled code
             are not counted.
         fused: ``fused`` of every parameter group of every optimizer of the fit.
+        update_variants: the compiled variants of the module's ``update`` frame that dynamo kept (its
+            cache entries): one per variant the update has by design (TD3's critic-only and full
+            updates), more where a guard failed after the first call and the update was traced again.
     """
 
     compiled_frames: int = 0
+    update_variants: int = 0
     dtypes: Counter = field(default_factory=Counter)
     fused: list[Any] = field(default_factory=list)
 
@@ -137,6 +141,8 @@ class EvidenceRecorder(L.Callback):
         for hook in self._hooks:
             hook.remove()
         self.evidence.compiled_frames = torch._dynamo.utils.counters["frames"]["ok"] - self._frames_before
+        update = type(pl_module).update.__code__
+        self.evidence.update_variants = len(torch._dynamo.eval_frame._debug_get_cache_entry_list(update))
         self.evidence.fused = [g.get("fused") for opt in trainer.optimizers for g in opt.param_groups]
 
 
@@ -309,9 +315,13 @@ class FamilyEquivalence:
     """
 
     EXPERIMENTS: ClassVar[dict[str, list[str]]]
-    #: The experiments whose every hot path ``test_compile_matches`` compiles (default: all); one that runs
-    #: the same update code as another may be left to it, since compiling an update takes seconds.
+    #: The experiments whose ``update`` ``test_compile_matches`` compiles (default: all); one that runs the
+    #: same update code as another may be left to it, since compiling an update takes seconds.
     COMPILED: ClassVar[frozenset[str] | None] = None
+    #: The experiments whose ``update`` has two compiled variants by design, critic-only and full (TD3 with
+    #: its delayed actor, marked on the batch); the others have one. A variant more is a recompilation after
+    #: the first call (``Evidence.update_variants``).
+    CRITIC_ONLY_VARIANT: ClassVar[frozenset[str]] = frozenset()
     EXACT_ACTIONS: ClassVar[frozenset[str]]  # the experiments whose actions compare bit for bit (discrete)
     BF16: ClassVar[Bf16Bounds]
 
@@ -363,6 +373,7 @@ class FamilyEquivalence:
         other = compile_run(self.EXPERIMENTS[name], self.make_data, "aot_eager", paths=["update"])
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
         assert_compiled(self.reference(name), other)
+        assert other.evidence.update_variants == (2 if name in self.CRITIC_ONLY_VARIANT else 1)
 
     def test_bf16_close(self, name: str) -> None:
         ref, low = self.reference(name), run(self.EXPERIMENTS[name], self.make_data, [MixedPrecision("bf16")])
