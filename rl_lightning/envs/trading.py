@@ -19,6 +19,13 @@ long, a fraction of its wealth) and holds it to the next close. The wealth grows
 growth, so an episode's return is ``scale × log(final wealth / initial wealth)`` (with ``scale = 100``:
 the log-return in percent). Episodes start flat (``p = 0``).
 
+**Turnover control** (both off by default). With ``max_position_change`` the action is a target that the
+position moves toward by at most that much per step (a bounded daily change: at ``0.1`` a full switch
+from flat to long takes ten days and costs at most ``0.1 c`` a day). With ``turnover_penalty`` ``λ`` the
+reward is ``scale × (log growth - λ |p_t - p_{t-1}|)``: a shaping term on top of the costs already in the
+growth, for training (an evaluation variant sets it to 0, so its return stays the log of wealth; the
+wealth never pays it).
+
 **Splits** (by date, deterministic): ``train`` episodes are ``episode_length`` steps from a random start
 inside the train period; ``validation`` and ``test`` are one episode each, the whole period from its
 first day, the same every time. The observation window may reach back across the split date (past
@@ -106,6 +113,8 @@ class TradingEnv(gym.Env):
         transaction_cost: cost per unit of position changed, a fraction of wealth (0.001 = 10 bp).
         reward_scale: the reward is ``reward_scale × log(wealth growth)``.
         action_type: ``continuous`` (target position) or ``discrete`` (short, flat, long).
+        max_position_change: the largest change of position per step (``None``: any, the target is taken).
+        turnover_penalty: ``λ``, subtracted per unit of position changed from the log growth in the reward.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -121,6 +130,8 @@ class TradingEnv(gym.Env):
         transaction_cost: float = 0.001,
         reward_scale: float = 100.0,
         action_type: str = "continuous",
+        max_position_change: float | None = None,
+        turnover_penalty: float = 0.0,
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split={split!r}: use one of {SPLITS}.")
@@ -128,6 +139,10 @@ class TradingEnv(gym.Env):
             raise ValueError(f"action_type={action_type!r}: use continuous or discrete.")
         if transaction_cost < 0 or window_size < 1 or episode_length < 1:
             raise ValueError("transaction_cost >= 0, window_size >= 1 and episode_length >= 1 are required.")
+        if max_position_change is not None and not 0 < max_position_change <= 2:
+            raise ValueError(f"max_position_change={max_position_change}: use a value in (0, 2] or null.")
+        if turnover_penalty < 0:
+            raise ValueError(f"turnover_penalty={turnover_penalty}: use a value >= 0.")
         dates, prices = load_prices(dataset)
         val, test = np.datetime64(validation_date, "s"), np.datetime64(test_date, "s")
         if not dates[0] < val < test < dates[-1]:
@@ -142,6 +157,7 @@ class TradingEnv(gym.Env):
         self.features = np.clip(log_ret / scale, -5.0, 5.0).astype(np.float32)
         self.split, self.window_size, self.episode_length = split, window_size, episode_length
         self.transaction_cost, self.reward_scale = transaction_cost, reward_scale
+        self.max_position_change, self.turnover_penalty = max_position_change, turnover_penalty
         self.discrete = action_type == "discrete"
         self.action_space = (
             gym.spaces.Discrete(3) if self.discrete else gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
@@ -179,14 +195,20 @@ class TradingEnv(gym.Env):
             target = float(int(np.asarray(action).reshape(())) - 1)
         else:
             target = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
+        position = target
+        if self.max_position_change is not None:
+            bound = self.max_position_change
+            position = self._position + float(np.clip(target - self._position, -bound, bound))
+        change = abs(position - self._position)
         asset_return = self.prices[self._t + 1] / self.prices[self._t] - 1.0
-        growth = 1.0 + target * asset_return - self.transaction_cost * abs(target - self._position)
+        growth = 1.0 + position * asset_return - self.transaction_cost * change
         growth = max(growth, 1e-6)  # a position of at most 1x cannot lose more than everything
         self._wealth *= growth
-        self._position = target
+        self._position = position
         self._t += 1
-        info = {"position": target, "asset_return": asset_return, "wealth": self._wealth}
-        return self._obs(), float(self.reward_scale * np.log(growth)), False, self._t >= self._end, info
+        info = {"position": position, "asset_return": asset_return, "wealth": self._wealth}
+        reward = self.reward_scale * (np.log(growth) - self.turnover_penalty * change)
+        return self._obs(), float(reward), False, self._t >= self._end, info
 
 
 def register_trading_envs() -> None:

@@ -84,6 +84,37 @@ def test_rewards_are_log_wealth_growth_with_costs_on_position_changes() -> None:
     assert info["wealth"] == pytest.approx(np.exp(sum(rewards) / 100))
 
 
+def test_a_bounded_change_moves_the_position_toward_the_target_and_costs_only_what_moved() -> None:
+    e = env("test", max_position_change=0.25)
+    e.reset(seed=0)
+    t0, wealth = e._t, 1.0
+    # Target long from flat: four steps of 0.25; then short: 0.75, 0.5; then a target within reach.
+    targets = [1.0, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 0.6]
+    expected = [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.6]
+    prev = 0.0
+    for i, (a, p) in enumerate(zip(targets, expected, strict=True)):
+        info = e.step(np.array([a]))[4]
+        asset = e.prices[t0 + i + 1] / e.prices[t0 + i] - 1
+        wealth *= 1 + p * asset - COST * abs(p - prev)
+        assert info["position"] == pytest.approx(p) and info["wealth"] == pytest.approx(wealth)
+        prev = p
+    d = env("test", action_type="discrete", max_position_change=0.5)
+    d.reset(seed=0)
+    assert [d.step(np.int64(2))[4]["position"] for _ in range(3)] == [0.5, 1.0, 1.0]
+
+
+def test_the_turnover_penalty_lowers_the_reward_by_its_share_of_the_change_but_not_the_wealth() -> None:
+    plain, shaped = env("test"), env("test", turnover_penalty=0.002)
+    for e in (plain, shaped):
+        e.reset(seed=0)
+    for a in [1.0, 1.0, -0.5, 0.0]:
+        _, r0, _, _, i0 = plain.step(np.array([a]))
+        change = abs(a - shaped._position)
+        _, r1, _, _, i1 = shaped.step(np.array([a]))
+        assert r1 == pytest.approx(r0 - 100 * 0.002 * change, abs=1e-12)
+        assert i1["wealth"] == i0["wealth"]
+
+
 def test_held_out_episode_is_the_whole_test_period_and_buy_and_hold_earns_its_price_change() -> None:
     for _ in range(2):  # the same episode every time, whatever the seed
         e = env("test")
@@ -112,6 +143,10 @@ def test_rejects_bad_arguments_and_says_what_to_install(monkeypatch: pytest.Monk
         env("future")
     with pytest.raises(ValueError, match="validation_date"):
         env(validation_date="2019-01-01", test_date="2020-01-01")
+    with pytest.raises(ValueError, match="max_position_change"):
+        env(max_position_change=0.0)
+    with pytest.raises(ValueError, match="turnover_penalty"):
+        env(turnover_penalty=-0.1)
     monkeypatch.setattr(trading.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="rl_lightning\\[trading\\]"):
         load_prices("STOCKS_GOOGL")
