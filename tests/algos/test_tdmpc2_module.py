@@ -154,6 +154,22 @@ def test_act_shapes_and_bounds() -> None:
     assert a.shape == (2, 4) and a.abs().max() <= 1.0
 
 
+def test_collecting_with_the_prior_samples_it_and_leaves_planning_to_evaluation() -> None:
+    # A collapsed planner around 0 tells a plan (about 0) from the prior's mean (pushed to 0.9 by its bias).
+    module = make_module(num_envs=2, num_pi_trajs=0, min_std=1e-4, max_std=1e-4, plan_training=False)
+    last = module.model.pi_net[-1]  # [mean, log-std] of the one action: mean tanh(1.5) = 0.905 everywhere
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([1.5, 0.0]))
+    td = obs_td(module, 2, step_count=[0, 0])
+    warm_start = module.planner.prev_mean.clone()
+    collected = torch.stack([module.act(td.clone())["action"] for _ in range(20)])
+    # Sampled around the prior's mean (the action scale is 2), not the plan near 0.
+    assert collected.std() > 1e-3 and (collected.mean() / 2 - 0.905).abs() < 0.05
+    assert torch.equal(module.planner.prev_mean, warm_start)  # the training planner never ran
+    torch.testing.assert_close(module.act_eval(td.clone())["action"], torch.zeros(2, 1), atol=1e-2, rtol=0)
+
+
 def test_eval_is_noise_free_mean_of_the_plan() -> None:
     # A collapsed sampling distribution: the plan stays at its initial mean, so eval returns exactly it
     # while training adds exploration noise around it.

@@ -80,6 +80,8 @@ class TDMPC2(RLModule):
         episodic: learn a termination head and stop bootstrapping at terminal states.
         num_envs: training envs planned for in one ``act`` call (the warm-start buffer's size).
         mpc: act with the MPPI planner; ``False`` acts with the policy prior alone.
+        plan_training: with ``mpc``, plan in ``act`` (collection) too; ``False`` collects with the policy
+            prior's sampled actions and plans only in ``act_eval`` (a frame then costs no planning).
         iterations: MPPI iterations.
         num_samples: action sequences per iteration (policy-prior ones included).
         num_pi_trajs: sequences from the policy prior.
@@ -124,6 +126,7 @@ class TDMPC2(RLModule):
         episodic: bool = False,
         num_envs: int = 1,
         mpc: bool = True,
+        plan_training: bool = True,
         iterations: int = 6,
         num_samples: int = 512,
         num_pi_trajs: int = 24,
@@ -211,7 +214,7 @@ class TDMPC2(RLModule):
         # The reference plans with the world model in eval mode (no Q dropout), in training too.
         with model_eval_mode(self.model):
             z = self.model.encode(td.get("observation").float())
-            if self.hparams.mpc:
+            if self.hparams.mpc and (eval_mode or self.hparams.plan_training):
                 action = planner(self.model, z, t0=episode_start(td), eval_mode=eval_mode)
             else:
                 pi = self.model.pi(z)
