@@ -33,7 +33,9 @@ prices only: no look-ahead).
 
 **Actions**: ``continuous`` (a ``Box(-1, 1, (1,))`` target position) or ``discrete`` (``0, 1, 2`` =
 short, flat, long). **Observation**: the last ``window_size`` log returns divided by their standard
-deviation over the train period (clipped to ±5), then the current position: ``window_size + 1`` floats.
+deviation ``σ`` over the train period (clipped to ±5); then, for each ``n`` of ``trend_windows``, the log
+return over the last ``n`` steps divided by ``σ √n`` (the trend at that scale in units of its noise, clipped
+to ±5); then the current position: ``window_size + len(trend_windows) + 1`` floats.
 ``info`` holds ``position``, ``asset_return`` (``r_{t+1}``) and ``wealth``.
 """
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -110,6 +113,7 @@ class TradingEnv(gym.Env):
         test_date: first date of the test period.
         episode_length: steps of a train episode (validation and test run their whole period).
         window_size: past log returns in the observation.
+        trend_windows: horizons ``n`` (steps) of the trend features (the log return over the last ``n``).
         transaction_cost: cost per unit of position changed, a fraction of wealth (0.001 = 10 bp).
         reward_scale: the reward is ``reward_scale × log(wealth growth)``.
         action_type: ``continuous`` (target position) or ``discrete`` (short, flat, long).
@@ -127,6 +131,7 @@ class TradingEnv(gym.Env):
         test_date: str = "2017-01-01",
         episode_length: int = 250,
         window_size: int = 30,
+        trend_windows: Sequence[int] = (),
         transaction_cost: float = 0.001,
         reward_scale: float = 100.0,
         action_type: str = "continuous",
@@ -139,6 +144,9 @@ class TradingEnv(gym.Env):
             raise ValueError(f"action_type={action_type!r}: use continuous or discrete.")
         if transaction_cost < 0 or window_size < 1 or episode_length < 1:
             raise ValueError("transaction_cost >= 0, window_size >= 1 and episode_length >= 1 are required.")
+        trend_windows = tuple(int(n) for n in trend_windows)
+        if any(n < 1 for n in trend_windows):
+            raise ValueError(f"trend_windows={list(trend_windows)}: every horizon must be >= 1 step.")
         if max_position_change is not None and not 0 < max_position_change <= 2:
             raise ValueError(f"max_position_change={max_position_change}: use a value in (0, 2] or null.")
         if turnover_penalty < 0:
@@ -150,19 +158,23 @@ class TradingEnv(gym.Env):
         self.dates, self.prices = dates, prices
         log_ret = np.diff(np.log(prices), prepend=np.log(prices[0]))
         self.i_val, self.i_test = int(np.searchsorted(dates, val)), int(np.searchsorted(dates, test))
-        if self.i_val - window_size - 1 < episode_length:
-            raise ValueError("the train period is shorter than window_size + episode_length steps.")
+        # The first close with every feature defined: a train episode starts no earlier.
+        self.lookback = max(window_size, *trend_windows, 1)
+        if self.i_val - self.lookback - 1 < episode_length:
+            raise ValueError("the train period is shorter than the lookback + episode_length steps.")
         # Scaled by the train period's volatility only: nothing of the later periods leaks into it.
         scale = log_ret[1 : self.i_val].std()
         self.features = np.clip(log_ret / scale, -5.0, 5.0).astype(np.float32)
         self.split, self.window_size, self.episode_length = split, window_size, episode_length
+        self.trend_windows, self._log_prices, self._scale = trend_windows, np.log(prices), scale
         self.transaction_cost, self.reward_scale = transaction_cost, reward_scale
         self.max_position_change, self.turnover_penalty = max_position_change, turnover_penalty
         self.discrete = action_type == "discrete"
         self.action_space = (
             gym.spaces.Discrete(3) if self.discrete else gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
         )
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (window_size + 1,), dtype=np.float32)
+        size = window_size + len(trend_windows) + 1
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
         self._t = self._end = 0
         self._position = self._wealth = 0.0
 
@@ -170,14 +182,18 @@ class TradingEnv(gym.Env):
         """The index range ``[first, last]`` of a split's closes (an episode steps from first to last)."""
         split = split or self.split
         if split == "train":
-            return self.window_size, self.i_val - 1
+            return self.lookback, self.i_val - 1
         if split == "validation":
             return self.i_val, self.i_test - 1
         return self.i_test, len(self.prices) - 1
 
     def _obs(self) -> np.ndarray:
         window = self.features[self._t - self.window_size + 1 : self._t + 1]
-        return np.append(window, np.float32(self._position)).astype(np.float32)
+        trends = [
+            (self._log_prices[self._t] - self._log_prices[self._t - n]) / (self._scale * np.sqrt(n))
+            for n in self.trend_windows
+        ]
+        return np.concatenate([window, np.clip(trends, -5.0, 5.0), [self._position]]).astype(np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)

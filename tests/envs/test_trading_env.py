@@ -67,6 +67,21 @@ def test_observation_is_scaled_past_returns_and_the_position_without_look_ahead(
     assert np.array_equal(obs_f, obs) and np.array_equal(f.step(np.array([0.5]))[0], obs2)
 
 
+def test_trend_features_are_past_log_returns_over_each_horizon_in_units_of_their_noise() -> None:
+    e = env("test", window_size=5, trend_windows=(20, 250))
+    obs, _ = e.reset(seed=0)
+    t, logp = e._t, np.log(e.prices)
+    sigma = np.diff(logp)[: e.i_val - 1].std()  # the train period's daily log returns
+    assert obs.shape == (5 + 2 + 1,) == e.observation_space.shape
+    for feature, n in zip(obs[5:7], (20, 250), strict=True):
+        trend = (logp[t] - logp[t - n]) / (sigma * np.sqrt(n))
+        assert feature == pytest.approx(np.clip(trend, -5, 5), rel=1e-5)
+    train = env(window_size=5, trend_windows=(250,))
+    assert train.period("train")[0] == 250  # a train episode starts where the longest horizon is defined
+    with pytest.raises(ValueError, match="trend_windows"):
+        env(trend_windows=(0,))
+
+
 def test_rewards_are_log_wealth_growth_with_costs_on_position_changes() -> None:
     e = env("test", reward_scale=100.0)
     e.reset(seed=0)
