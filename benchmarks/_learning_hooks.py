@@ -164,33 +164,38 @@ class HockeyOutcomes(Hook):
         return {"mean_outcomes": mean_of([r["outcomes"] for r in runs])}
 
 
-TRADING_DAYS = 252
-#: The experiment's cost (10 bp per unit of position changed), for the baselines.
-TRANSACTION_COST = 0.001
+#: Periods per year of each trading id, to annualise the Sharpe ratio (trading days; weekday hours).
+PERIODS_PER_YEAR = {"TradingStocks-v0": 252, "TradingForex-v0": 24 * 260}
+#: The moving-average crossover baseline: long while the fast simple moving average is above the slow one.
+CROSSOVER = (50, 200)
+#: The goal on the held-out period: a positive return after costs with a Sharpe ratio of at least 1.0 ...
+GOAL_SHARPE = 1.0
+#: ... on at least this share of the seeds (3 of 5).
+GOAL_SHARE = 0.6
 
 
-def performance(wealth: np.ndarray, positions: np.ndarray) -> dict[str, float]:
+def performance(wealth: np.ndarray, positions: np.ndarray, periods_per_year: int = 252) -> dict[str, float]:
     """Total return, Sharpe, drawdown, exposure and turnover of a wealth path ``[T + 1]`` (starts at 1)."""
-    daily = wealth[1:] / wealth[:-1] - 1.0
-    std = daily.std()
+    step = wealth[1:] / wealth[:-1] - 1.0
+    std = step.std()
     peak = np.maximum.accumulate(wealth)
     return {
         "total_return": float(wealth[-1] - 1.0),
-        "sharpe": float(daily.mean() / std * math.sqrt(TRADING_DAYS)) if std > 0 else 0.0,
+        "sharpe": float(step.mean() / std * math.sqrt(periods_per_year)) if std > 0 else 0.0,
         "max_drawdown": float((1.0 - wealth / peak).max()),
         "mean_abs_position": float(np.abs(positions).mean()),
         "turnover_per_day": float(np.abs(np.diff(positions, prepend=0.0)).mean()),
-        "days": len(daily),
+        "days": len(step),
     }
 
 
-def play(env_kwargs: dict[str, Any], policy) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def play(env_id: str, env_kwargs: dict[str, Any], policy) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """One deterministic episode: wealth path, positions and (for a module) the active options."""
     import gymnasium as gym
 
     import rl_lightning.envs  # noqa: F401  (registers the trading ids)
 
-    env = gym.make("TradingStocks-v0", **env_kwargs)
+    env = gym.make(env_id, **env_kwargs)
     obs, info = env.reset(seed=0)
     wealth, positions, options, t, done = [1.0], [], [], 0, False
     while not done:
@@ -204,8 +209,27 @@ def play(env_kwargs: dict[str, Any], policy) -> tuple[np.ndarray, np.ndarray, li
     return np.array(wealth), np.array(positions), options
 
 
+def crossover_positions(prices: np.ndarray, fast: int, slow: int) -> np.ndarray:
+    """Per close, 1 (long) where the ``fast``-close simple moving average is above the ``slow`` one, else 0
+    (flat); 0 before ``slow`` closes exist. Only closes up to each one enter it (no look-ahead)."""
+    csum = np.concatenate([[0.0], np.cumsum(prices)])
+
+    def sma(n: int) -> np.ndarray:
+        out = np.full(len(prices), np.nan)
+        out[n - 1 :] = (csum[n:] - csum[:-n]) / n
+        return out
+
+    return np.nan_to_num((sma(fast) > sma(slow)).astype(float) * ~np.isnan(sma(slow)))
+
+
+def episode_kwargs(env_kwargs: dict[str, Any], split: str) -> dict[str, Any]:
+    """The kwargs of a held-out episode: its split, and the wealth's log as the reward (no shaping)."""
+    return {**env_kwargs, "split": split, "turnover_penalty": 0.0}
+
+
 class Trading(Hook):
-    """The policies of the last and the best checkpoint on the held-out period, and the baselines there."""
+    """The policies of the last and the best checkpoint on the held-out period, and the baselines there:
+    buy-and-hold, flat and a 50/200 moving-average crossover, on the same env, costs and constraints."""
 
     @staticmethod
     def evaluate_checkpoint(path: Path, split: str) -> dict[str, Any]:
@@ -229,48 +253,82 @@ class Trading(Hook):
             out = module.act_eval(td)
             return out["action"][0].numpy(), int(out["option"][0])
 
-        kwargs = {**OmegaConf.to_container(saved.env.kwargs), "split": split}
-        wealth, positions, options = play(kwargs, act)
+        kwargs = episode_kwargs(OmegaConf.to_container(saved.env.kwargs), split)
+        wealth, positions, options = play(saved.env.id, kwargs, act)
         shares = np.bincount(np.array(options), minlength=module.num_options) / len(options)
         return {
-            **performance(wealth, positions),
+            **performance(wealth, positions, PERIODS_PER_YEAR[saved.env.id]),
             "option_share": [round(float(c), 4) for c in shares],
             "option_switches": int((np.diff(options) != 0).sum()),
         }
 
     @staticmethod
-    def baselines(split: str) -> dict[str, dict[str, float]]:
+    def baselines(env_id: str, env_kwargs: dict[str, Any], split: str) -> dict[str, dict[str, float]]:
+        """Buy-and-hold, flat and the crossover on ``split`` (the crossover's first position is the signal at
+        the close before the period: an episode starts there)."""
+        import gymnasium as gym
+
+        kwargs = episode_kwargs(env_kwargs, split)
+        env = gym.make(env_id, **kwargs).unwrapped
+        signal, first = crossover_positions(env.prices, *CROSSOVER), env.period(split)[0] - 1
+        policies = {
+            "buy_and_hold": lambda obs, t: (np.array([1.0], np.float32), None),
+            "flat": lambda obs, t: (np.array([0.0], np.float32), None),
+            f"crossover_{CROSSOVER[0]}_{CROSSOVER[1]}": lambda obs, t: (
+                np.array([signal[first + t]], np.float32), None),
+        }  # fmt: skip
         out = {}
-        for name, position in (("buy_and_hold", 1.0), ("flat", 0.0)):
-            kwargs = {"transaction_cost": TRANSACTION_COST, "split": split}
-            wealth, positions, _ = play(kwargs, lambda obs, t, p=position: (np.array([p], np.float32), None))
-            out[name] = performance(wealth, positions)
+        for name, policy in policies.items():
+            wealth, positions, _ = play(env_id, kwargs, policy)
+            out[name] = performance(wealth, positions, PERIODS_PER_YEAR[env_id])
         return out
 
     def per_seed(self, run: RunRecord) -> dict[str, Any]:
+        from omegaconf import OmegaConf
+
+        from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
+
         last, best = run.checkpoint("last"), run.checkpoint("best")
+        saved = OmegaConf.create(load_checkpoint(str(last))[CONFIG_KEY]["config"])
         return {
+            "env": {"id": saved.env.id, "kwargs": OmegaConf.to_container(saved.env.kwargs)},
             "best_ckpt_frames (chosen on validation)": run.summary.get("best_frames"),
             "test_last_ckpt": self.evaluate_checkpoint(last, "test"),
             "test_best_ckpt": self.evaluate_checkpoint(best, "test"),
             "validation_last_ckpt": self.evaluate_checkpoint(last, "validation"),
+            "validation_best_ckpt": self.evaluate_checkpoint(best, "validation"),
         }
 
     def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
-        reference = {split: self.baselines(split) for split in ("test", "validation")}
+        from rl_lightning.training.stats import interval_estimates
+
+        env_id, kwargs = runs[0]["env"]["id"], runs[0]["env"]["kwargs"]
+        reference = {split: self.baselines(env_id, kwargs, split) for split in ("test", "validation")}
         hold = reference["test"]["buy_and_hold"]["total_return"]
+        figures = ("total_return", "sharpe", "max_drawdown", "turnover_per_day")
+        on_test = {
+            which: {k: interval_estimates(np.array([[r[f"test_{which}_ckpt"][k]] for r in runs]))
+                    for k in figures}
+            for which in ("last", "best")
+        }  # fmt: skip
+
+        def meets(r: dict[str, Any]) -> bool:
+            return r["total_return"] > 0 and r["sharpe"] >= GOAL_SHARPE
+
+        goal = {w: [r["seed"] for r in runs if meets(r[f"test_{w}_ckpt"])] for w in ("last", "best")}
         return {
-            "data": "GOOGL daily closes bundled with gym-anytrading; train 2009-07..2015-12, validation "
-            "2016, test 2017-01-03..2018-08-29 (held out); 10 bp cost per unit of position changed",
-            "buy_and_hold_and_flat": reference,
-            "seed_means_on_test": {
-                f"{which}_{k}": float(np.mean([r[f"test_{which}_ckpt"][k] for r in runs]))
-                for which in ("last", "best") for k in ("total_return", "sharpe")
-            },
+            "data": f"{env_id} ({kwargs.get('dataset', 'its default series')}), held-out test period; "
+            f"{kwargs['transaction_cost'] * 1e4:g} bp cost per unit of position changed",
+            "baselines": reference,
+            "on_test": on_test,
             "beats_buy_and_hold_on_test": {
                 which: [r["seed"] for r in runs if r[f"test_{which}_ckpt"]["total_return"] > hold]
                 for which in ("last", "best")
             },
+            "goal": f"total return > 0 and Sharpe >= {GOAL_SHARPE} on the test period, "
+            f"on at least {GOAL_SHARE:.0%} of the seeds (best.ckpt, chosen on validation)",
+            "seeds_meeting_goal": goal,
+            "goal_met": len(goal["best"]) >= GOAL_SHARE * len(runs),
         }  # fmt: skip
 
 

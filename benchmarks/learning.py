@@ -104,9 +104,12 @@ HOCKEY_CURVES = tuple(
     f"eval/{o}/{r}" for o in ("weak", "strong") for r in ("win_rate", "loss_rate", "draw_rate", "return_mean")
 )
 _RATES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate")
+_TRADING = {"final_episodes": 0, "curves": ("eval/validation/return_mean", "eval/test/return_mean"),
+            "hooks": ("trading",)}  # fmt: skip
+_FIVE = (0, 1, 2, 3, 4)
 _CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100}
 _PENDULUM = {"threshold": -200.0, "within": 20_000}
-_DQN_LAST = {"seeds": (0, 1, 2, 3, 4), "threshold": 475.0, "needed": 4, "target": "final",
+_DQN_LAST = {"seeds": _FIVE, "threshold": 475.0, "needed": 4, "target": "final",
              "late_from": 25_000, "published": (Published("last_eval", 339.0, _SB3_DQN),)}  # fmt: skip
 
 SUITES: dict[str, list[Entry]] = {
@@ -165,10 +168,12 @@ SUITES: dict[str, list[Entry]] = {
               eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
               hooks=("hockey_goals",)),
     ],
-    # GOOGL with SAC and options: the held-out period against buy-and-hold.
+    # SAC with options on GOOGL (5 seeds) and EUR/USD hourly (3 seeds, 1 bp: about the pair's spread): the
+    # held-out period against buy-and-hold and a moving-average crossover.
     "trading": [
-        Entry("sac_options_trading", "sac_options_trading", final_episodes=0,
-              curves=("eval/validation/return_mean", "eval/test/return_mean"), hooks=("trading",)),
+        Entry("sac_options_trading", "sac_options_trading", seeds=_FIVE, **_TRADING),
+        Entry("sac_options_trading_eurusd", "sac_options_trading",
+              ("env.id=TradingForex-v0", "env.kwargs.transaction_cost=0.0001"), **_TRADING),
     ],
 }  # fmt: skip
 

@@ -30,3 +30,9 @@ def test_results_hold_relative_paths_only(path: Path) -> None:
     found = [s for s in strings(data) if ABSOLUTE.search(s)]
     assert not found, f"{path.name} holds absolute paths: {found[:3]}"
     assert "machine" in data
+
+
+def test_every_result_is_listed_with_the_command_that_reproduces_it() -> None:
+    docs = (RESULTS.parents[1] / "docs" / "benchmarks.md").read_text()
+    listed = set(re.findall(r"^\| `([\w.]+\.json)` \| ", docs, flags=re.MULTILINE))
+    assert {p.name for p in RESULTS.glob("*.json")} <= listed

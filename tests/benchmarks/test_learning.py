@@ -123,3 +123,27 @@ def test_trading_performance_of_a_wealth_path(hooks) -> None:
     assert perf["mean_abs_position"] == pytest.approx(2 / 3)
     assert perf["turnover_per_day"] == pytest.approx(2 / 3)  # in, hold, out
     assert perf["days"] == 3
+    hourly = hooks.performance(wealth, np.array([1.0, 1.0, 0.0]), periods_per_year=252 * 4)
+    assert hourly["sharpe"] == pytest.approx(2 * perf["sharpe"])  # annualised by sqrt(periods per year)
+
+
+def test_the_crossover_is_long_while_the_fast_average_is_above_the_slow_one_from_past_closes(hooks) -> None:
+    prices = np.array([5.0, 4.0, 3.0, 4.0, 6.0, 2.0, 1.0])
+    # 2-close averages 4.5 3.5 3.5 5 4 1.5 against 3-close ones 4 3.67 4.33 4 3 (from close 2): long at
+    # close 4 only (5 > 4.33; at close 5, 4 > 4 fails).
+    assert hooks.crossover_positions(prices, 2, 3).tolist() == [0, 0, 0, 0, 1, 0, 0]
+    changed = prices.copy()
+    changed[5:] = 100.0  # later closes do not move earlier signals
+    assert hooks.crossover_positions(changed, 2, 3)[:5].tolist() == [0, 0, 0, 0, 1]
+
+
+def test_trading_baselines_play_the_held_out_period_with_the_runs_costs(hooks) -> None:
+    pytest.importorskip("gym_anytrading")
+    kwargs = {"transaction_cost": 0.001, "turnover_penalty": 0.5}  # a shaping term never reaches the wealth
+    out = hooks.Trading.baselines("TradingStocks-v0", kwargs, "test")
+    assert out["flat"]["total_return"] == 0.0
+    assert out["buy_and_hold"]["total_return"] == pytest.approx(0.5943, abs=1e-4)  # GOOGL 2017-01..2018-08
+    cross = out["crossover_50_200"]
+    assert 0 < cross["mean_abs_position"] <= 1 and cross["turnover_per_day"] < 0.05
+    bounded = hooks.Trading.baselines("TradingStocks-v0", {**kwargs, "max_position_change": 0.1}, "test")
+    assert bounded["buy_and_hold"]["mean_abs_position"] < 1.0  # it enters in ten steps of 0.1
