@@ -167,6 +167,10 @@ SUITES: dict[str, list[Entry]] = {
         Entry("sac_hockey_curriculum", "sac_hockey_curriculum", seeds=(0,), final_episodes=200,
               eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
               hooks=("hockey_goals",)),
+        # TD-MPC2 through the same curriculum, collecting with its policy prior: the same 200-game goals.
+        Entry("tdmpc2_hockey_curriculum", "tdmpc2_hockey_curriculum", seeds=(0,), final_episodes=200,
+              eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
+              hooks=("hockey_goals",)),
     ],
     # SAC with options on GOOGL (5 seeds) and EUR/USD hourly (3 seeds, 1 bp: about the pair's spread): the
     # held-out period against buy-and-hold and a moving-average crossover.
