@@ -106,9 +106,11 @@ HOCKEY_CURVES = tuple(
 _RATES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate")
 _TRADING = {"final_episodes": 0, "curves": ("eval/validation/return_mean", "eval/test/return_mean"),
             "hooks": ("trading",)}  # fmt: skip
+# The README's learning table: 5 seeds each (benchmarks/results/control.json).
 _FIVE = (0, 1, 2, 3, 4)
-_CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100}
-_PENDULUM = {"threshold": -200.0, "within": 20_000}
+_CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100,
+             "seeds": _FIVE}  # fmt: skip
+_PENDULUM = {"threshold": -200.0, "within": 20_000, "seeds": _FIVE}
 _DQN_LAST = {"seeds": _FIVE, "threshold": 475.0, "needed": 4, "target": "final",
              "late_from": 25_000, "published": (Published("last_eval", 339.0, _SB3_DQN),)}  # fmt: skip
 
@@ -368,6 +370,43 @@ def reproduce(args: argparse.Namespace, results: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _frames(n: float) -> str:
+    return f"{n / 1000:.3g}k"
+
+
+def _estimate(est: dict[str, dict[str, float]]) -> str:
+    iqm = est["iqm"]
+    return f"{iqm['value']:.0f} [{iqm['low']:.0f}, {iqm['high']:.0f}]"
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The learning claims of a suite's results as a markdown table, one row per entry with a threshold:
+    the seeds that reached it and when, and the final evaluation as the interquartile mean over the seeds
+    with its 95% stratified-bootstrap interval (the README's table is this text, checked by a test)."""
+    rows = [
+        "| experiment | goal | seeds reaching it | first reached at (median) "
+        "| final evaluation: IQM [95% CI] | last evaluation in training: IQM [95% CI] |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for data in results["entries"].values():
+        summary = data["summary"]
+        if "threshold" not in summary:
+            continue
+        thr, runs = summary["threshold"], list(data["seeds"].values())
+        first = [f for f in thr["first_reached_at_frames"] if f is not None]
+        when = _frames(float(np.median(first))) if first else "–"
+        final = "–"
+        if "final_eval" in summary:
+            ckpt, episodes = runs[0].get("final_eval_checkpoint", "last"), runs[0]["final_eval_episodes"]
+            final = f"{_estimate(summary['final_eval'])} ({ckpt} checkpoint, {episodes} episodes)"
+        rows.append(
+            f"| `{data['experiment']}` | {thr['value']:g} within {_frames(thr['within_frames'])} frames "
+            f"| {thr['seeds_reaching']} of {summary['seeds']} "
+            f"| {when} | {final} | {_estimate(summary['last_eval'])} |"
+        )
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -378,6 +417,7 @@ def main() -> None:
     parser.add_argument("--rerun", action="store_true", help="run seeds already in the results again")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_learning")
     parser.add_argument("--out", help="results file name (default: the suite's)")
+    parser.add_argument("--table", action="store_true", help="print the results' markdown table and stop")
     parser.add_argument("extra", nargs="*", help="hydra overrides for every run (after --)")
     args = parser.parse_intermixed_args()
     names = {e.name for e in SUITES[args.suite]}
@@ -386,6 +426,9 @@ def main() -> None:
         parser.exit(2, f"learning: no entry {unknown} in suite {args.suite}; choose from {sorted(names)}.\n")
     name = args.out or args.suite
     path = RESULTS / f"{name}.json"
+    if args.table:
+        print(markdown_table(json.loads(path.read_text())))
+        return
     previous = json.loads(path.read_text()).get("entries", {}) if path.is_file() else {}
     entries = [e for e in SUITES[args.suite] if not args.only or e.name in args.only]
     seeds = {e.name: args.seeds or list(e.seeds) for e in entries}

@@ -2,7 +2,9 @@
 
 Runs as an mkdocs hook before each build, or by hand: ``python docs/gen_plots.py``. Each result in
 ``benchmarks/results/`` that holds curves (see ``rl_lightning.cli.plot``) becomes one image, drawn by the
-same code as ``python -m rl_lightning plot``.
+same code as ``python -m rl_lightning plot``. Under each image, the figures of
+``python -m rl_lightning report`` on the same curves: per curve, the interquartile mean over the seeds of
+the last and of the best evaluation, with 95% stratified-bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -16,6 +18,23 @@ IMAGES = ROOT / "docs" / "images" / "curves"
 PAGE = ROOT / "docs" / "learning-curves.md"
 #: Which curves to draw where "every eval curve" would be too many panels.
 METRIC = {"tdmpc2_hockey": "win_rate", "tdmpc2_hockey_rounds": "win_rate"}
+
+
+def interval_rows(curves: dict) -> list[str]:
+    """A markdown table of ``report``'s interval estimates per curve (IQM of the last and best values)."""
+    import numpy as np
+
+    from rl_lightning.cli.report import seed_figures
+    from rl_lightning.training.stats import interval_estimates
+
+    rows = ["| curve | seeds | last: IQM [95% CI] | best: IQM [95% CI] |", "| --- | --- | --- | --- |"]
+    for name, runs in curves.items():
+        cells = []
+        for values in seed_figures(runs).values():
+            iqm = interval_estimates(np.array(values)[:, None])["iqm"]
+            cells.append(f"{iqm['value']:.3g} [{iqm['low']:.3g}, {iqm['high']:.3g}]")
+        rows.append(f"| {name} | {len(runs)} | {cells[0]} | {cells[1]} |")
+    return rows
 
 
 def write() -> Path:
@@ -34,6 +53,10 @@ def write() -> Path:
         "python -m rl_lightning plot plot.inputs=[mlflow:dqn_cartpole] plot.metric=eval/return_mean",
         "```",
         "",
+        "Under each figure, what `python -m rl_lightning report` gives for the same curves: the",
+        "interquartile mean over the seeds of each curve's last and best value, with 95%",
+        "stratified-bootstrap intervals (a single seed's interval is its value).",
+        "",
     ]
     for path in sorted(RESULTS.glob("*.json")):
         metric = METRIC.get(path.stem, "eval")
@@ -50,6 +73,8 @@ def write() -> Path:
             f"![{path.stem}](images/curves/{image.name})",
             "",
             f"From `benchmarks/results/{path.name}`; reproduce with `{command}`.",
+            "",
+            *interval_rows(curves),
             "",
         ]
     PAGE.write_text("\n".join(lines))

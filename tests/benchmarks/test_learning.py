@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -77,6 +78,29 @@ def test_a_summary_checks_the_entrys_target_and_sets_published_figures_beside_it
     ]  # fmt: skip
     on_finals = learning.Entry("e", "x", threshold=475.0, needed=3, target="final")
     assert not learning.summarise(on_finals, seeds)["threshold"]["target_met"]
+
+
+def test_the_learning_table_shows_each_thresholds_seeds_and_interquartile_means(learning) -> None:
+    points = ((10240, 500.0), (None, 300.0), (30720, 480.0), (20480, 500.0))
+    seeds = {str(s): run(s, f, v, final_eval_checkpoint="best", final_eval_episodes=100)
+             for s, (f, v) in enumerate(points)}  # fmt: skip
+    entry = learning.Entry("e", "x", threshold=475.0, within=50_000)
+    summary = learning.summarise(entry, seeds)
+    other = {"experiment": "y", "seeds": {}, "summary": {"seeds": 0}}  # no threshold: no row
+    results = {"entries": {"e": {"experiment": "x", "seeds": seeds, "summary": summary}, "other": other}}
+    header, rule, row = learning.markdown_table(results).splitlines()
+    # IQM of 4 values: the mean of the middle two (480, 500); the median of 10240, 20480, 30720 frames.
+    assert row.startswith("| `x` | 475 within 50k frames | 3 of 4 | 20.5k | 490 [")
+    assert "(best checkpoint, 100 episodes)" in row and header.count("|") == rule.count("|") == row.count("|")
+
+
+def test_the_readmes_learning_table_is_the_control_suites_results(learning) -> None:
+    """The README's claims are the committed results, as ``learning.py control --table`` prints them."""
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    start, end = "<!-- learning-table: control -->\n", "\n<!-- /learning-table -->"
+    table = readme[readme.index(start) + len(start) : readme.index(end)]
+    results = json.loads((BENCHMARKS / "results" / "control.json").read_text())
+    assert table == learning.markdown_table(results)
 
 
 def test_every_suite_entry_is_well_formed(learning) -> None:
