@@ -234,7 +234,8 @@ class HockeyCurriculum(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._frames(trainer, pl_module)
         if self._restored_pool is not None:
-            template = pl_module.export_policy()
+            # An empty pool (no self-play yet, or none at all) needs no template: a planning agent has none.
+            template = pl_module.export_policy() if self._restored_pool else None
             self.pool = [
                 _Snapshot(int(s["id"]), int(s["frames"]), self._frozen(template, s["state"]))
                 for s in self._restored_pool
