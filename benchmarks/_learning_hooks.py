@@ -211,7 +211,8 @@ def play(env_id: str, env_kwargs: dict[str, Any], policy) -> tuple[np.ndarray, n
 
 def crossover_positions(prices: np.ndarray, fast: int, slow: int) -> np.ndarray:
     """Per close, 1 (long) where the ``fast``-close simple moving average is above the ``slow`` one, else 0
-    (flat); 0 before ``slow`` closes exist. Only closes up to each one enter it (no look-ahead)."""
+    (flat); 0 before ``slow`` closes exist (a comparison with NaN is false). Only closes up to each one enter
+    it (no look-ahead)."""
     csum = np.concatenate([[0.0], np.cumsum(prices)])
 
     def sma(n: int) -> np.ndarray:
@@ -219,7 +220,7 @@ def crossover_positions(prices: np.ndarray, fast: int, slow: int) -> np.ndarray:
         out[n - 1 :] = (csum[n:] - csum[:-n]) / n
         return out
 
-    return np.nan_to_num((sma(fast) > sma(slow)).astype(float) * ~np.isnan(sma(slow)))
+    return (sma(fast) > sma(slow)).astype(float)
 
 
 def episode_kwargs(env_kwargs: dict[str, Any], split: str) -> dict[str, Any]:

@@ -106,7 +106,7 @@ HOCKEY_CURVES = tuple(
 _RATES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate")
 _TRADING = {"final_episodes": 0, "curves": ("eval/validation/return_mean", "eval/test/return_mean"),
             "hooks": ("trading",)}  # fmt: skip
-# The README's learning table: 5 seeds each (benchmarks/results/control.json).
+# Five seeds: the README's learning table (benchmarks/results/control.json), DQN's final policy, trading.
 _FIVE = (0, 1, 2, 3, 4)
 _CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100,
              "seeds": _FIVE}  # fmt: skip

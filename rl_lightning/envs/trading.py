@@ -159,7 +159,7 @@ class TradingEnv(gym.Env):
         log_ret = np.diff(np.log(prices), prepend=np.log(prices[0]))
         self.i_val, self.i_test = int(np.searchsorted(dates, val)), int(np.searchsorted(dates, test))
         # The first close with every feature defined: a train episode starts no earlier.
-        self.lookback = max(window_size, *trend_windows, 1)
+        self.lookback = max((window_size, *trend_windows))
         if self.i_val - self.lookback - 1 < episode_length:
             raise ValueError("the train period is shorter than the lookback + episode_length steps.")
         # Scaled by the train period's volatility only: nothing of the later periods leaks into it.
