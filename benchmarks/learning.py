@@ -187,7 +187,10 @@ SUITES: dict[str, list[Entry]] = {
 def episode_returns(client: Any, run_id: str) -> list[tuple[int, int, float]]:
     """``(frame, episodes, mean return)`` per logging interval of a run, from ``train/episodes`` (the running
     count) and ``train/episode_return`` (the mean over the interval's episodes, logged where there were
-    some). A resumed run's intervals are those of the run as it stands (``live_history``)."""
+    some). A resumed run's intervals are those of the run as it stands (``live_history``). A count that
+    grew with no return logged beside it is left out: the episodes ended before the checkpoint a run was
+    resumed from, which (before checkpoints held the episodes not yet logged) kept their count but not their
+    returns."""
     counts = live_history(client.get_metric_history(run_id, "train/episodes"))
     means = live_history(client.get_metric_history(run_id, "train/episode_return"))
     out, seen, j = [], 0, 0

@@ -122,7 +122,7 @@ class Ingestion:
         store_frames: the replay stores frames once (a :class:`FrameReplay`): rows hold the observations'
             frame serials.
 
-    State (``state_dict``): the episodes seen and the returns of the last 20.
+    State (``state_dict``): the episodes seen, the returns of the last 20 and the episodes not yet popped.
     """
 
     def __init__(
@@ -198,9 +198,14 @@ class Ingestion:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "recent_returns": list(self.recent_returns)}
+        # The episodes not yet logged travel with the count: a run resumed from here logs their returns
+        # with the next interval, so that every episode the count holds has its return in the metrics.
+        return {"episodes": self.episodes, "recent_returns": list(self.recent_returns),
+                "pending_episodes": [list(e) for e in self._pending]}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.episodes = int(state["episodes"])
         self.recent_returns.clear()
         self.recent_returns.extend(state["recent_returns"])
+        # Checkpoints written before the pending episodes were saved have none.
+        self._pending = [(float(r), int(n)) for r, n in state.get("pending_episodes", [])]

@@ -84,3 +84,35 @@ def test_n_step_transitions_in_the_replay_match_hand_computed_returns(tmp_path: 
     short = steps < 3
     ended = stored["next", "done"].reshape(-1)
     assert short.any() and ended[short].all()
+
+
+class StateWithPendingEpisodes(L.Callback):
+    """The data module's state (what a checkpoint holds) at the first batch end with episodes not yet
+    logged, and those episodes."""
+
+    def __init__(self) -> None:
+        self.state = None
+        self.pending = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        dm = trainer.datamodule
+        if self.state is None and dm.ingestion._pending:
+            self.state = dm.state_dict()
+            self.pending = list(dm.ingestion._pending)
+
+
+def test_episodes_not_yet_logged_at_a_checkpoint_are_logged_after_resuming(tmp_path: Path) -> None:
+    # Logged every 10,000 updates: every finished episode waits for the end of the run.
+    cfg = ["+experiment=dqn_cartpole", "logger=none", "device=cpu", "progress_bar=false", "total_frames=600",
+           "collect.frames_per_batch=50", "collect.warmup_frames=200", "eval.every_frames=0",
+           "eval.episodes=1", "log_every_n_updates=10000"]  # fmt: skip
+    run = build_run(compose([*cfg, f"run_dir={tmp_path / 'a'}"]))
+    snapshot = StateWithPendingEpisodes()
+    run.trainer.callbacks.append(snapshot)
+    run.trainer.fit(run.module, datamodule=run.datamodule)
+    assert snapshot.pending, "no episode ended in 600 CartPole frames"
+    resumed = build_run(compose([*cfg, f"run_dir={tmp_path / 'b'}"])).datamodule
+    resumed.load_state_dict(snapshot.state)
+    # The count includes them, and so do the episodes the resumed run logs next.
+    assert resumed.episodes == snapshot.state["episodes"]
+    assert resumed.pop_episodes() == snapshot.pending
