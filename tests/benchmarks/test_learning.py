@@ -132,7 +132,11 @@ def test_hockey_outcomes_per_opponent_and_their_mean_over_seeds(hooks) -> None:
             "strong/draw_rate": 0.1, "strong/return_mean": 2.0}  # fmt: skip
     rates = hooks.outcomes(both)
     assert rates["weak"] == {"win_rate": 0.9, "loss_rate": 0.04, "draw_rate": 0.06, "return_mean": 5.0}
-    assert hooks.goals_met(rates) == {"weak_win": True, "weak_loss_max": True, "strong_win": False}
+    expected = {"weak_win": True, "weak_loss_max": True, "strong_win": False}
+    assert hooks.goals_met(rates, hooks.GOALS) == expected
+    assert hooks.goals_met(rates, hooks.TDMPC2_GOALS) == {"weak_win": True, "strong_win": True}
+    with pytest.raises(ValueError, match="unknown hockey goal"):
+        hooks.goals_met(rates, {"weak_draws": 0.1})
     one = {"win_rate": 0.5, "loss_rate": 0.25, "draw_rate": 0.25, "return_mean": 1.0, "return_std": 3.0}
     assert hooks.outcomes(one) == {"win_rate": 0.5, "loss_rate": 0.25, "draw_rate": 0.25, "return_mean": 1.0}
     mean = hooks.mean_of([rates, hooks.outcomes({**both, "weak/win_rate": 0.7})])
