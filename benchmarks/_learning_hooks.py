@@ -276,10 +276,12 @@ class Trading(Hook):
     @staticmethod
     def baselines(env_id: str, env_kwargs: dict[str, Any], split: str) -> dict[str, dict[str, float]]:
         """Buy-and-hold, flat and the crossover on ``split`` (the crossover's first position is the signal at
-        the close before the period: an episode starts there)."""
+        the close before the period: an episode starts there). They pay the run's costs and keep its bounded
+        daily change, but not its no-trade band: their targets are the positions they mean to hold (buy-and-
+        hold in a band of 0.25 would stop at 0.75)."""
         import gymnasium as gym
 
-        kwargs = episode_kwargs(env_kwargs, split)
+        kwargs = {**episode_kwargs(env_kwargs, split), "no_trade_band": 0.0}
         env = gym.make(env_id, **kwargs).unwrapped
         signal, first = crossover_positions(env.prices, *CROSSOVER), env.period(split)[0] - 1
         policies = {

@@ -19,12 +19,15 @@ long, a fraction of its wealth) and holds it to the next close. The wealth grows
 growth, so an episode's return is ``scale × log(final wealth / initial wealth)`` (with ``scale = 100``:
 the log-return in percent). Episodes start flat (``p = 0``).
 
-**Turnover control** (both off by default). With ``max_position_change`` the action is a target that the
-position moves toward by at most that much per step (a bounded daily change: at ``0.1`` a full switch
-from flat to long takes ten days and costs at most ``0.1 c`` a day). With ``turnover_penalty`` ``λ`` the
-reward is ``scale × (log growth - λ |p_t - p_{t-1}|)``: a shaping term on top of the costs already in the
-growth, for training (an evaluation variant sets it to 0, so its return stays the log of wealth; the
-wealth never pays it).
+**Turnover control** (all off by default). With ``no_trade_band`` ``b`` the position only moves when the
+target is more than ``b`` away, and then only to the band's edge: ``p_t = clip(p_{t-1}, a - b, a + b)`` for a
+target ``a`` (under proportional costs the optimal policy has this form, a no-trade region around the
+frictionless target: Davis and Norman 1990); a target that jitters within the band trades nothing. With
+``max_position_change`` the position then moves toward that point by at most that much per step (a bounded
+daily change: at ``0.1`` a full switch from flat to long takes ten days and costs at most ``0.1 c`` a day).
+With ``turnover_penalty`` ``λ`` the reward is ``scale × (log growth - λ |p_t - p_{t-1}|)``: a shaping term on
+top of the costs already in the growth, for training (an evaluation variant sets it to 0, so its return stays
+the log of wealth; the wealth never pays it).
 
 **Splits** (by date, deterministic): ``train`` episodes are ``episode_length`` steps from a random start
 inside the train period; ``validation`` and ``test`` are one episode each, the whole period from its
@@ -117,6 +120,7 @@ class TradingEnv(gym.Env):
         transaction_cost: cost per unit of position changed, a fraction of wealth (0.001 = 10 bp).
         reward_scale: the reward is ``reward_scale × log(wealth growth)``.
         action_type: ``continuous`` (target position) or ``discrete`` (short, flat, long).
+        no_trade_band: ``b``, the half-width of the no-trade region around the target (0: none).
         max_position_change: the largest change of position per step (``None``: any, the target is taken).
         turnover_penalty: ``λ``, subtracted per unit of position changed from the log growth in the reward.
     """
@@ -135,6 +139,7 @@ class TradingEnv(gym.Env):
         transaction_cost: float = 0.001,
         reward_scale: float = 100.0,
         action_type: str = "continuous",
+        no_trade_band: float = 0.0,
         max_position_change: float | None = None,
         turnover_penalty: float = 0.0,
     ) -> None:
@@ -149,6 +154,8 @@ class TradingEnv(gym.Env):
             raise ValueError(f"trend_windows={list(trend_windows)}: every horizon must be >= 1 step.")
         if max_position_change is not None and not 0 < max_position_change <= 2:
             raise ValueError(f"max_position_change={max_position_change}: use a value in (0, 2] or null.")
+        if not 0 <= no_trade_band < 2:
+            raise ValueError(f"no_trade_band={no_trade_band}: use a value in [0, 2).")
         if turnover_penalty < 0:
             raise ValueError(f"turnover_penalty={turnover_penalty}: use a value >= 0.")
         dates, prices = load_prices(dataset)
@@ -169,6 +176,7 @@ class TradingEnv(gym.Env):
         self.trend_windows, self._log_prices, self._scale = trend_windows, np.log(prices), scale
         self.transaction_cost, self.reward_scale = transaction_cost, reward_scale
         self.max_position_change, self.turnover_penalty = max_position_change, turnover_penalty
+        self.no_trade_band = no_trade_band
         self.discrete = action_type == "discrete"
         self.action_space = (
             gym.spaces.Discrete(3) if self.discrete else gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
@@ -211,10 +219,11 @@ class TradingEnv(gym.Env):
             target = float(int(np.asarray(action).reshape(())) - 1)
         else:
             target = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
-        position = target
+        band = self.no_trade_band
+        position = min(max(self._position, target - band), target + band) if band > 0 else target
         if self.max_position_change is not None:
             bound = self.max_position_change
-            position = self._position + float(np.clip(target - self._position, -bound, bound))
+            position = self._position + float(np.clip(position - self._position, -bound, bound))
         change = abs(position - self._position)
         asset_return = self.prices[self._t + 1] / self.prices[self._t] - 1.0
         growth = 1.0 + position * asset_return - self.transaction_cost * change

@@ -175,3 +175,5 @@ def test_trading_baselines_play_the_held_out_period_with_the_runs_costs(hooks) -
     assert 0 < cross["mean_abs_position"] <= 1 and cross["turnover_per_day"] < 0.05
     bounded = hooks.Trading.baselines("TradingStocks-v0", {**kwargs, "max_position_change": 0.1}, "test")
     assert bounded["buy_and_hold"]["mean_abs_position"] < 1.0  # it enters in ten steps of 0.1
+    banded = hooks.Trading.baselines("TradingStocks-v0", {**kwargs, "no_trade_band": 0.25}, "test")
+    assert banded["buy_and_hold"] == out["buy_and_hold"]  # a baseline's target is its position

@@ -118,6 +118,28 @@ def test_a_bounded_change_moves_the_position_toward_the_target_and_costs_only_wh
     assert [d.step(np.int64(2))[4]["position"] for _ in range(3)] == [0.5, 1.0, 1.0]
 
 
+def test_a_no_trade_band_holds_the_position_until_the_target_leaves_it_then_trades_to_its_edge() -> None:
+    e = env("test", no_trade_band=0.25)
+    e.reset(seed=0)
+    t0, wealth, prev = e._t, 1.0, 0.0
+    # From flat: a target of 0.2 is inside the band (no trade); 1.0 moves to 0.75, the band's near edge;
+    # targets jittering in [0.5, 1.0] then trade nothing; -1.0 moves to -0.75.
+    targets = [0.2, 1.0, 0.9, 0.6, 0.5, 1.0, -1.0]
+    expected = [0.0, 0.75, 0.75, 0.75, 0.75, 0.75, -0.75]
+    for i, (a, p) in enumerate(zip(targets, expected, strict=True)):
+        info = e.step(np.array([a]))[4]
+        asset = e.prices[t0 + i + 1] / e.prices[t0 + i] - 1
+        wealth *= 1 + p * asset - COST * abs(p - prev)
+        assert info["position"] == pytest.approx(p) and info["wealth"] == pytest.approx(wealth)
+        prev = p
+    # With a bounded change too, the band's edge is where the position heads: 0.1 a step toward 0.75.
+    both = env("test", no_trade_band=0.25, max_position_change=0.1)
+    both.reset(seed=0)
+    assert [round(both.step(np.array([1.0]))[4]["position"], 6) for _ in range(9)] == [
+        0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.75
+    ]  # fmt: skip
+
+
 def test_the_turnover_penalty_lowers_the_reward_by_its_share_of_the_change_but_not_the_wealth() -> None:
     plain, shaped = env("test"), env("test", turnover_penalty=0.002)
     for e in (plain, shaped):
@@ -162,6 +184,8 @@ def test_rejects_bad_arguments_and_says_what_to_install(monkeypatch: pytest.Monk
         env(max_position_change=0.0)
     with pytest.raises(ValueError, match="turnover_penalty"):
         env(turnover_penalty=-0.1)
+    with pytest.raises(ValueError, match="no_trade_band"):
+        env(no_trade_band=-0.1)
     monkeypatch.setattr(trading.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="rl_lightning\\[trading\\]"):
         load_prices("STOCKS_GOOGL")
