@@ -26,6 +26,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     eval envs and variants), so ``evaluate`` of ``best.ckpt`` reproduces the score that made it best;
     ``episodes=N`` and ``eval_seed=S`` play others. ``video=true`` also writes a video of
     ``eval.video.episodes`` episodes beside the checkpoint (and logs it as an MLflow artifact).
+    ``plan=true|false`` evaluates a TD-MPC2 checkpoint with or without the planner, whichever its run used
+    (``algo.mpc`` only chooses how the module acts: the weights are the same).
     """
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
@@ -34,6 +36,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         check_video_format(cfg.eval.video.format)
     ckpt = load_checkpoint(cfg.ckpt)  # safe: weights only, targets checked, older formats migrated
     saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
+    if cfg.get("plan") is not None:
+        if "mpc" not in saved.algo:
+            raise ValueError(
+                f"plan={cfg.plan} chooses how TD-MPC2 acts; this checkpoint's algorithm has no planner."
+            )
+        saved.algo.mpc = bool(cfg.plan)
     env_cfg = env_config(saved)
     module = build_module(saved, env_cfg)
     module.on_load_checkpoint(ckpt)
@@ -64,6 +72,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 "episodes": episodes,
                 "eval_seed": seed,
                 "run": saved.name,
+                **({"plan": bool(cfg.plan)} if cfg.get("plan") is not None else {}),
             }
         )
         logger.log_metrics({f"evaluate/{k}": v for k, v in stats.items() if math.isfinite(v)}, step=0)

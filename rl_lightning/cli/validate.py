@@ -40,6 +40,7 @@ ROOT_TYPES: dict[str, Any] = {
     "ckpt": str | None,
     "ckpt_path": str | None,
     "video": bool,
+    "plan": bool | None,
 }
 
 _GROUP_TYPES: dict[str, type] = {"collect": CollectConfig, "replay": ReplayConfig, "env": EnvConfig}

@@ -16,6 +16,7 @@ from rl_lightning.algos.tdmpc2 import TDMPC2
 from rl_lightning.algos.tdmpc2.module import parse_model_size
 from rl_lightning.cli.run import build_module, env_config
 from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.training.evaluation import evaluate_policy
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
 TINY = {"latent_dim": 32, "mlp_dim": 32, "enc_dim": 32}
@@ -279,6 +280,21 @@ def test_smoke_fit_through_the_cli(name: str, extra: list[str], tmp_path: Path) 
     module.load_state_dict(ckpt["state_dict"])
     assert module.planner.num_envs == cfg.env.num_envs
     assert module.planner.prev_mean.abs().sum() > 0
+    if name == "tdmpc2_pendulum":
+        # evaluate's plan=false acts with the policy prior's mean, plan=true with the planner: each gives the
+        # figures of the module acting that way, and they differ.
+        last = str(tmp_path / out["run_dir"] / "checkpoints" / "last.ckpt")
+        module.on_load_checkpoint(ckpt)
+        returns = []
+        for plan in (False, True):
+            proc = run_main(tmp_path, "evaluate", f"ckpt={last}", "episodes=1", f"plan={str(plan).lower()}")
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            module.hparams.mpc = plan
+            expected = evaluate_policy(module, env_config(cfg), 1, int(cfg.eval.seed))
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            assert got["return_mean"] == pytest.approx(expected["return_mean"], abs=1e-3), plan
+            returns.append(got["return_mean"])
+        assert returns[0] != returns[1]
 
 
 @pytest.mark.slow

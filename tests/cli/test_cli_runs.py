@@ -49,6 +49,8 @@ def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(name: str, tmp_pa
         *(TDMPC2_TINY if name.startswith("tdmpc2") else ["replay.batch_size=32"]),
         # The curriculum opens with 81-step drills: one env (not 4) finishes episodes within 300 frames.
         *(["env.num_envs=1"] if name.endswith("_curriculum") else []),
+        # Without the preset's compile callback (tests/callbacks check it): compiling takes about 2 minutes.
+        *(["callbacks=[default,hockey_curriculum]"] if name == "tdmpc2_hockey_curriculum" else []),
     ]
     out = summary(run_main(tmp_path, "fit", *overrides, f"total_frames={frames}"))
     assert out["frames"] == frames and out["updates"] > 0
@@ -186,3 +188,8 @@ def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
     assert f"return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}" in proc.stdout
     names = {r.info.run_name for r in mlflow_runs(tmp_path)}
     assert "dqn_cartpole-evaluate" in names
+    # plan= chooses how TD-MPC2 acts; a DQN checkpoint has nothing to plan with: one line, exit code 2.
+    planned = run_main(tmp_path, "evaluate", f"ckpt={ckpt}", "plan=true", "logger=none")
+    assert planned.returncode == 2 and planned.stderr.strip().splitlines() == [
+        "error: plan=True chooses how TD-MPC2 acts; this checkpoint's algorithm has no planner."
+    ]
