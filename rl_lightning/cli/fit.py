@@ -179,10 +179,12 @@ def fit(cfg: DictConfig) -> Run:
         if run.trainer.interrupted:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if main_rank:
-                where = _shown(run.checkpoint.dirpath)
-                print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
+                # The store first: a parent that started this run and was killed with it has closed the
+                # pipe the message goes to, and the print then raises.
                 if is_mlflow(run.logger):
                     _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
+                where = _shown(run.checkpoint.dirpath)
+                print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
             raise KeyboardInterrupt from None
         raise
     except USER_ERRORS:
