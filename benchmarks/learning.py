@@ -449,6 +449,9 @@ def main() -> None:
         with lock:
             data = results.setdefault(entry.name, {"seeds": {}})
             data.update({"experiment": entry.experiment, "overrides": [*entry.overrides, *args.extra]})
+            # The entry's own command, with the overrides this run added (the file's ``reproduce`` has none).
+            data["reproduce"] = " ".join(["python benchmarks/learning.py", args.suite, "--only", entry.name,
+                                          *args.extra])  # fmt: skip
             if entry.frames is not None:
                 data["frames"] = entry.frames
             data["seeds"] = {**data.get("seeds", {}), str(seed): outcome}
