@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from _common import ROOT, cli, write
-from _learning_hooks import goals_met
+from _learning_hooks import goals_met, outcomes
 
 #: What ``evaluate`` does not need: the optimizers' moment estimates and the learning-rate schedules.
 DROPPED = ("optimizer_states", "lr_schedulers")
@@ -39,14 +39,9 @@ def strip(source: Path, target: Path) -> int:
 
 
 def rates(stats: dict[str, float]) -> dict[str, dict[str, float]]:
-    """``{opponent: {"win", "loss", "draw"}}`` of an ``evaluate`` summary with per-opponent rates."""
-    opponents = sorted({k.split("/")[0] for k in stats if "/" in k})
-    return {o: {r: stats[f"{o}/{r}_rate"] for r in ("win", "loss", "draw")} for o in opponents}
-
-
-def as_stats(by_opponent: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """:func:`rates` in the hooks' form (``win_rate``, ...), which :func:`goals_met` reads."""
-    return {o: {f"{k}_rate": v for k, v in r.items()} for o, r in by_opponent.items()}
+    """``{opponent: {"win", "loss", "draw"}}`` of an ``evaluate`` summary with per-opponent rates (the
+    hooks' :func:`outcomes`, in the shipped records' short form)."""
+    return {o: {r: x[f"{r}_rate"] for r in ("win", "loss", "draw")} for o, x in outcomes(stats).items()}
 
 
 def main() -> None:
@@ -64,20 +59,22 @@ def main() -> None:
     frames = strip(args.ckpt, args.out)
     plan = [f"plan={args.plan}"] if args.plan else []
 
-    def evaluate(*extra: str) -> dict[str, dict[str, float]]:
+    def evaluate(*extra: str) -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "evaluate.log"
             line = cli(ROOT, log, "evaluate", f"ckpt={args.out.resolve()}", f"episodes={args.games}",
                        "logger=none", *plan, *extra)  # fmt: skip
-        return rates(json.loads(line))
+        return json.loads(line)
 
+    own = evaluate()
+    fresh = {str(s): evaluate(f"eval_seed={s}") for s in args.eval_seeds}
     shipped: dict[str, Any] = {
         "checkpoint": str(args.out),
         "from": args.ckpt.name,
         "frames": frames,
         "games_per_opponent": args.games,
-        "evaluation": evaluate(),
-        "evaluation_on_fresh_seeds": {str(s): evaluate(f"eval_seed={s}") for s in args.eval_seeds},
+        "evaluation": rates(own),
+        "evaluation_on_fresh_seeds": {s: rates(stats) for s, stats in fresh.items()},
         "reproduce": " ".join(
             ["python -m rl_lightning evaluate", f"ckpt={args.out}", f"episodes={args.games}", *plan]
         ),
@@ -86,9 +83,9 @@ def main() -> None:
         shipped["plan"] = args.plan == "true"
     if goals:
         shipped["goals"] = goals
-        shipped["goals_met"] = goals_met(as_stats(shipped["evaluation"]), goals)
+        shipped["goals_met"] = goals_met(outcomes(own), goals)
         shipped["goals_met_on_fresh_seeds"] = {
-            s: goals_met(as_stats(r), goals) for s, r in shipped["evaluation_on_fresh_seeds"].items()
+            s: goals_met(outcomes(stats), goals) for s, stats in fresh.items()
         }
     path = write(args.name, {"recipe": args.recipe, "shipped": shipped})
     print(json.dumps(shipped, indent=2))

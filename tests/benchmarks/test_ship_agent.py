@@ -30,5 +30,5 @@ def test_a_shipped_checkpoint_keeps_what_evaluate_needs_and_records_rates(load_b
     by_opponent = ship.rates(stats)
     assert set(by_opponent) == {"weak", "strong"}
     assert by_opponent["weak"] == {r: stats[f"weak/{r}_rate"] for r in ("win", "loss", "draw")}
-    met = ship.goals_met(ship.as_stats(by_opponent), {"weak_win": 0.0, "strong_loss_max": 1.0})
+    met = ship.goals_met(ship.outcomes(stats), {"weak_win": 0.0, "strong_loss_max": 1.0})
     assert met == {"weak_win": True, "strong_loss_max": True}
