@@ -99,39 +99,35 @@ def test_rewards_are_log_wealth_growth_with_costs_on_position_changes() -> None:
     assert info["wealth"] == pytest.approx(np.exp(sum(rewards) / 100))
 
 
-def test_a_bounded_change_moves_the_position_toward_the_target_and_costs_only_what_moved() -> None:
-    e = env("test", max_position_change=0.25)
+def assert_positions_and_wealth(e: TradingEnv, targets: list[float], expected: list[float]) -> None:
+    """Steps ``e`` from a reset with each target and checks the position it takes and the wealth it pays for:
+    the asset's move on the position, less the cost of what moved."""
     e.reset(seed=0)
-    t0, wealth = e._t, 1.0
-    # Target long from flat: four steps of 0.25; then short: 0.75, 0.5; then a target within reach.
-    targets = [1.0, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 0.6]
-    expected = [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.6]
-    prev = 0.0
+    t0, wealth, prev = e._t, 1.0, 0.0
     for i, (a, p) in enumerate(zip(targets, expected, strict=True)):
         info = e.step(np.array([a]))[4]
         asset = e.prices[t0 + i + 1] / e.prices[t0 + i] - 1
         wealth *= 1 + p * asset - COST * abs(p - prev)
         assert info["position"] == pytest.approx(p) and info["wealth"] == pytest.approx(wealth)
         prev = p
+
+
+def test_a_bounded_change_moves_the_position_toward_the_target_and_costs_only_what_moved() -> None:
+    # Target long from flat: four steps of 0.25; then short: 0.75, 0.5; then a target within reach.
+    targets = [1.0, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 0.6]
+    expected = [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.6]
+    assert_positions_and_wealth(env("test", max_position_change=0.25), targets, expected)
     d = env("test", action_type="discrete", max_position_change=0.5)
     d.reset(seed=0)
     assert [d.step(np.int64(2))[4]["position"] for _ in range(3)] == [0.5, 1.0, 1.0]
 
 
 def test_a_no_trade_band_holds_the_position_until_the_target_leaves_it_then_trades_to_its_edge() -> None:
-    e = env("test", no_trade_band=0.25)
-    e.reset(seed=0)
-    t0, wealth, prev = e._t, 1.0, 0.0
     # From flat: a target of 0.2 is inside the band (no trade); 1.0 moves to 0.75, the band's near edge;
     # targets jittering in [0.5, 1.0] then trade nothing; -1.0 moves to -0.75.
     targets = [0.2, 1.0, 0.9, 0.6, 0.5, 1.0, -1.0]
     expected = [0.0, 0.75, 0.75, 0.75, 0.75, 0.75, -0.75]
-    for i, (a, p) in enumerate(zip(targets, expected, strict=True)):
-        info = e.step(np.array([a]))[4]
-        asset = e.prices[t0 + i + 1] / e.prices[t0 + i] - 1
-        wealth *= 1 + p * asset - COST * abs(p - prev)
-        assert info["position"] == pytest.approx(p) and info["wealth"] == pytest.approx(wealth)
-        prev = p
+    assert_positions_and_wealth(env("test", no_trade_band=0.25), targets, expected)
     # With a bounded change too, the band's edge is where the position heads: 0.1 a step toward 0.75.
     both = env("test", no_trade_band=0.25, max_position_change=0.1)
     both.reset(seed=0)
