@@ -567,3 +567,31 @@ def test_policy_loss_matches_a_hand_computation() -> None:
         expected += 0.5**t * per_step / steps
     assert 1.0 < scale < 4.0  # the update moved it: the division by the updated scale is checked
     assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("target", [100.0, -100.0])
+def test_learned_entropy_coef_moves_towards_its_target_and_leaves_the_policy_gradient(target: float) -> None:
+    """With ``target_entropy`` the coefficient starts at ``entropy_coef``, weights the entropy as the fixed
+    one does, and its gradient is ``mean H - target``: it grows while the entropy is below the target and
+    shrinks while above. The temperature term adds nothing to the policy's gradient."""
+    model, steps, batch = _perturbed_model(), 3, 4
+    zs = model.encode(torch.randn(steps, batch, OBS, generator=torch.Generator().manual_seed(5))).detach()
+    grads, coefs = [], []
+    for kwargs in ({"target_entropy": target}, {}):
+        loss_fn = TDMPC2Loss(discount=0.9, entropy_coef=0.3, **kwargs)
+        model.pi_net.zero_grad()
+        torch.manual_seed(13)
+        loss, metrics = loss_fn.policy_loss(model, zs)
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.pi_net.parameters()])
+        coefs.append(metrics["pi_entropy_coef"].item())
+        if kwargs:
+            entropy = metrics["pi_entropy"].item()
+            assert loss_fn.log_entropy_coef.grad.item() == pytest.approx(entropy - target, rel=1e-5)
+            assert (loss_fn.log_entropy_coef.grad.item() < 0) == (target > entropy)
+    assert coefs[0] == pytest.approx(0.3) and coefs[1] == pytest.approx(0.3)
+    for learned, fixed in zip(*grads):
+        torch.testing.assert_close(learned, fixed)
+    assert not hasattr(TDMPC2Loss(discount=0.9), "log_entropy_coef")  # the reference's state is unchanged
+    with pytest.raises(ValueError, match="entropy_coef"):
+        TDMPC2Loss(discount=0.9, entropy_coef=0.0, target_entropy=-1.0)

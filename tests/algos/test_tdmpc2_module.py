@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,22 @@ def test_update_invariants(episodic: bool) -> None:
     assert model.training and model.q_nets.training and not model.target_q_nets.training
     module.act(obs_td(module, 1))
     assert model.training and model.q_nets.training
+
+
+def test_a_learned_entropy_coef_is_trained_with_the_prior_and_checkpointed() -> None:
+    # Far below the prior's entropy: every update lowers the coefficient, by about Adam's step each.
+    module = make_module("HockeyVsOpponent-v0", mpc=False, episode_length=251, target_entropy=-50.0,
+                         entropy_coef=0.01)  # fmt: skip
+    _, pi_opt = module.optimizers()
+    coef = module.loss_fn.log_entropy_coef
+    assert any(p is coef for g in pi_opt.param_groups for p in g["params"])
+    assert not any(p is coef for g in module.optimizers()[0].param_groups for p in g["params"])
+    batch = slices(module)
+    logged = [module.update(batch)["pi_entropy_coef"].item() for _ in range(3)]
+    assert logged[0] == pytest.approx(0.01) and logged[0] > logged[1] > logged[2]
+    assert coef.exp().item() == pytest.approx(0.01 * math.exp(-3 * 3e-4), rel=1e-3)
+    assert "loss_fn.log_entropy_coef" in module.state_dict()
+    assert "loss_fn.log_entropy_coef" not in make_module().state_dict()  # the reference: a fixed bonus
 
 
 def test_update_is_deterministic_under_a_seed() -> None:

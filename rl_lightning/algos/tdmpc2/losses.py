@@ -15,6 +15,7 @@ the reference), optimizer steps and the target update, so that one ``update`` ca
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -109,6 +110,13 @@ class TDMPC2Loss(nn.Module):
     :class:`~rl_lightning.algos.tdmpc2.math.RunningScale` (updated from ``t = 0`` values, as in the
     reference).
 
+    With ``target_entropy`` the entropy coefficient is learned instead, as SAC learns its temperature:
+    ``log_entropy_coef`` (starting at ``log(entropy_coef)``) minimises ``log_entropy_coef * (H - target)``
+    with ``H`` the batch's mean one-sample entropy. The reference's fixed 1e-4 suits a prior that only seeds
+    the planner, whose own sampling explores; a prior that acts alone (``mpc=False``) collapses onto
+    saturated, near-deterministic actions under it (entropy about -15 for hockey's 4 actions, where SAC
+    keeps -4) and explores nothing.
+
     Args:
         discount: γ; see :func:`~rl_lightning.algos.tdmpc2.math.discount_from_episode_length`.
         rho: temporal weight decay.
@@ -120,6 +128,8 @@ class TDMPC2Loss(nn.Module):
         scale_tau: EMA rate of the running Q scale.
         scale_entropy_by_action_dim: multiply the entropy by the action size; later reference versions
             do this so that one coefficient suits different action spaces. Off by default (the paper).
+        target_entropy: learn the entropy coefficient towards this entropy (summed over the action
+            dimensions, tanh-corrected: SAC's ``-|A|`` is the usual choice); ``None`` keeps it fixed.
     """
 
     def __init__(
@@ -133,15 +143,23 @@ class TDMPC2Loss(nn.Module):
         entropy_coef: float = 1e-4,
         scale_tau: float = 0.01,
         scale_entropy_by_action_dim: bool = False,
+        target_entropy: float | None = None,
     ) -> None:
         super().__init__()
         if not 0.0 < discount <= 1.0:
             raise ValueError(f"discount={discount} must lie in (0, 1].")
+        if target_entropy is not None and entropy_coef <= 0:
+            raise ValueError(
+                f"entropy_coef={entropy_coef} starts the learned coefficient of target_entropy: make it > 0."
+            )
         self.discount, self.rho = discount, rho
         self.consistency_coef, self.reward_coef, self.value_coef = consistency_coef, reward_coef, value_coef
         self.termination_coef, self.entropy_coef = termination_coef, entropy_coef
         self.scale_entropy_by_action_dim = scale_entropy_by_action_dim
         self.scale = tdm.RunningScale(tau=scale_tau)
+        self.target_entropy = target_entropy
+        if target_entropy is not None:
+            self.log_entropy_coef = nn.Parameter(torch.tensor(math.log(entropy_coef)))
 
     def _rho_weights(self, steps: int, like: Tensor) -> Tensor:
         return self.rho ** torch.arange(steps, device=like.device, dtype=like.dtype)
@@ -212,8 +230,9 @@ class TDMPC2Loss(nn.Module):
             zs: detached latents ``[T, B, latent]`` (``ModelLossOutput.zs.detach()``).
 
         Returns:
-            ``(loss, metrics)``; only ``model.pi_net`` receives gradients. Metrics: ``pi_loss``,
-            ``pi_entropy``, ``pi_scale``, ``pi_log_std``.
+            ``(loss, metrics)``; only ``model.pi_net`` (and ``log_entropy_coef``, with ``target_entropy``)
+            receives gradients. Metrics: ``pi_loss``, ``pi_entropy``, ``pi_scale``, ``pi_log_std``,
+            ``pi_entropy_coef``.
         """
         out = model.pi(zs)
         q = model.Q(zs, out.action, return_type="avg", detach=True)
@@ -221,12 +240,20 @@ class TDMPC2Loss(nn.Module):
         q = self.scale(q)
         entropy = out.entropy * (model.action_dim if self.scale_entropy_by_action_dim else 1.0)
         rho = self._rho_weights(zs.shape[0], q)
-        loss = (-(self.entropy_coef * entropy + q).mean(dim=(1, 2)) * rho).mean()
+        if self.target_entropy is None:
+            coef = q.new_full((), self.entropy_coef)
+        else:
+            coef = self.log_entropy_coef.detach().exp()
+        pi_loss = (-(coef * entropy + q).mean(dim=(1, 2)) * rho).mean()
+        loss = pi_loss
+        if self.target_entropy is not None:  # SAC's temperature loss, reaching the coefficient only
+            loss = loss + self.log_entropy_coef * (out.entropy.detach().mean() - self.target_entropy)
         metrics = {
-            "pi_loss": loss.detach(),
+            "pi_loss": pi_loss.detach(),
             "pi_entropy": out.entropy.detach().mean(),
             "pi_scale": self.scale.value.detach().squeeze(0),
             "pi_log_std": out.log_std.detach().mean(),
+            "pi_entropy_coef": coef,
         }
         return loss, metrics
 

@@ -99,8 +99,12 @@ class TDMPC2(RLModule):
         reward_coef: weight of the reward loss.
         value_coef: weight of the value loss.
         termination_coef: weight of the termination loss (``episodic`` only).
-        entropy_coef: policy entropy bonus.
+        entropy_coef: policy entropy bonus (with ``target_entropy``: its starting value).
         scale_entropy_by_action_dim: multiply the entropy by the action size (later reference versions).
+        target_entropy: learn the entropy bonus, as SAC learns its temperature, so that the prior's entropy
+            tracks this value (``-|A|`` is SAC's choice); ``None`` keeps ``entropy_coef`` fixed (the
+            reference). Meant for a prior that acts alone (``mpc=False``), which the fixed 1e-4 lets
+            collapse onto saturated, near-deterministic actions.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -146,6 +150,7 @@ class TDMPC2(RLModule):
         termination_coef: float = 1.0,
         entropy_coef: float = 1e-4,
         scale_entropy_by_action_dim: bool = False,
+        target_entropy: float | None = None,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         # Affine map between the planner's [-1, 1] and the env's bounds (rejects unbounded actions).
@@ -180,6 +185,7 @@ class TDMPC2(RLModule):
             termination_coef=termination_coef,
             entropy_coef=entropy_coef,
             scale_entropy_by_action_dim=scale_entropy_by_action_dim,
+            target_entropy=target_entropy,
         )
         self.planner = self._make_planner(num_envs)
         # Evaluation planners, one per eval batch size, created on first use. They are kept out of the
@@ -263,7 +269,7 @@ class TDMPC2(RLModule):
         Returns:
             Detached scalars: ``consistency_loss``, ``reward_loss``, ``value_loss``, ``termination_loss``,
             ``total_loss``, ``grad_norm``, ``pi_loss``, ``pi_grad_norm``, ``pi_entropy``, ``pi_scale``,
-            ``pi_log_std``.
+            ``pi_log_std``, ``pi_entropy_coef``.
         """
         opt, pi_opt = self.optimizer(0), self.optimizer(1)
         data = batch_from_tensordict(batch.reshape(-1, self.horizon))
@@ -297,5 +303,12 @@ class TDMPC2(RLModule):
         groups = model_param_groups(self.model, hp.lr, hp.enc_lr_scale)
         return [
             self.make_optimizer(groups, hp.lr),
-            self.make_optimizer(self.model.pi_net.parameters(), hp.lr, eps=1e-5),
+            self.make_optimizer(self._pi_param_groups(), hp.lr, eps=1e-5),
         ]
+
+    def _pi_param_groups(self) -> list[dict]:
+        """The policy prior's parameters and, when it is learned, the entropy coefficient (one Adam)."""
+        groups = [{"params": list(self.model.pi_net.parameters())}]
+        if self.hparams.target_entropy is not None:
+            groups.append({"params": [self.loss_fn.log_entropy_coef]})
+        return groups
