@@ -115,7 +115,7 @@ class TDMPC2Loss(nn.Module):
     with ``H`` the batch's mean one-sample entropy. The reference's fixed 1e-4 suits a prior that only seeds
     the planner, whose own sampling explores; a prior that acts alone (``mpc=False``) collapses onto
     saturated, near-deterministic actions under it (entropy about -15 for hockey's 4 actions, where SAC
-    keeps -4) and explores nothing.
+    keeps -4) and explores little.
 
     Args:
         discount: γ; see :func:`~rl_lightning.algos.tdmpc2.math.discount_from_episode_length`.
@@ -241,13 +241,12 @@ class TDMPC2Loss(nn.Module):
         entropy = out.entropy * (model.action_dim if self.scale_entropy_by_action_dim else 1.0)
         rho = self._rho_weights(zs.shape[0], q)
         if self.target_entropy is None:
-            coef = q.new_full((), self.entropy_coef)
-        else:
+            coef, coef_loss = q.new_full((), self.entropy_coef), None
+        else:  # SAC's temperature loss, reaching the coefficient only
             coef = self.log_entropy_coef.detach().exp()
+            coef_loss = self.log_entropy_coef * (out.entropy.detach().mean() - self.target_entropy)
         pi_loss = (-(coef * entropy + q).mean(dim=(1, 2)) * rho).mean()
-        loss = pi_loss
-        if self.target_entropy is not None:  # SAC's temperature loss, reaching the coefficient only
-            loss = loss + self.log_entropy_coef * (out.entropy.detach().mean() - self.target_entropy)
+        loss = pi_loss if coef_loss is None else pi_loss + coef_loss
         metrics = {
             "pi_loss": pi_loss.detach(),
             "pi_entropy": out.entropy.detach().mean(),
