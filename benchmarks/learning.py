@@ -29,13 +29,15 @@ evaluation (``target="final"``).
 
 Each entry runs its own seeds unless ``--seeds`` names others. Results accumulate in
 ``benchmarks/results/<SUITE>.json`` (``--out``: ``<NAME>.json``; a seed already there is not run again unless
-``--rerun``), so a suite can be run in parts. A run cut short resumes from its last checkpoint when started
-again with the same ``--workdir``.
+``--rerun``), so a suite can be run in parts, several at once: each seed is added to the file as it stands
+when the seed finishes. A run cut short resumes from its last checkpoint when started again with the same
+``--workdir``.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import tempfile
 import threading
@@ -362,6 +364,12 @@ def brief(outcome: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
 
 
+def _entries(path: Path) -> dict[str, Any]:
+    """The entries a results file holds (none when it is missing or still empty)."""
+    text = path.read_text() if path.is_file() else ""
+    return json.loads(text).get("entries", {}) if text.strip() else {}
+
+
 def reproduce(args: argparse.Namespace, results: dict[str, Any]) -> str:
     """The command that runs every entry the results file holds: the file accumulates over several runs,
     each with its own ``command``."""
@@ -432,7 +440,7 @@ def main() -> None:
     if args.table:
         print(markdown_table(json.loads(path.read_text())))
         return
-    previous = json.loads(path.read_text()).get("entries", {}) if path.is_file() else {}
+    previous = _entries(path)
     entries = [e for e in SUITES[args.suite] if not args.only or e.name in args.only]
     seeds = {e.name: args.seeds or list(e.seeds) for e in entries}
     jobs = [  # seed by seed: a suite cut short has every entry on its first seeds
@@ -440,13 +448,16 @@ def main() -> None:
         if i < len(seeds[e.name])
         and (args.rerun or str(seeds[e.name][i]) not in previous.get(e.name, {}).get("seeds", {}))
     ]  # fmt: skip
-    results = {key: dict(data) for key, data in previous.items()}
     lock = threading.Lock()
 
     def record(job: tuple[Entry, int]) -> None:
         entry, seed = job
         outcome = run_seed(entry, seed, args)
-        with lock:
+        # Threads of this process and other processes writing the same file (other entries or seeds run
+        # at the same time) take turns, and each adds its seed to what the file holds by then.
+        with lock, path.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            results = _entries(path)
             data = results.setdefault(entry.name, {"seeds": {}})
             data.update({"experiment": entry.experiment, "overrides": [*entry.overrides, *args.extra]})
             # The entry's own command, with the overrides this run added (the file's ``reproduce`` has none).

@@ -177,3 +177,25 @@ def test_trading_baselines_play_the_held_out_period_with_the_runs_costs(hooks) -
     assert bounded["buy_and_hold"]["mean_abs_position"] < 1.0  # it enters in ten steps of 0.1
     banded = hooks.Trading.baselines("TradingStocks-v0", {**kwargs, "no_trade_band": 0.25}, "test")
     assert banded["buy_and_hold"] == out["buy_and_hold"]  # a baseline's target is its position
+
+
+def test_a_seed_joins_what_the_results_file_holds_when_it_finishes(learning, tmp_path, monkeypatch) -> None:
+    # Two runs of one suite at once (two processes, other entries or seeds) each add their seed to the file
+    # as it is when their seed finishes, not as it was when they started.
+    monkeypatch.setattr(learning, "RESULTS", tmp_path)
+    path = tmp_path / "minatar.json"
+
+    def run_seed(entry, seed, args):
+        if seed == 0:  # meanwhile, another process records its seed in the (still empty) file
+            other = {"rainbow_breakout": {"seeds": {"7": {"seed": 7, "train_mean": 1.0}}}}
+            path.write_text(json.dumps({"entries": other}))
+        return {"seed": seed, "train_mean": 2.0 + seed}
+
+    monkeypatch.setattr(learning, "run_seed", run_seed)
+    argv = ["learning.py", "minatar", "--only", "dqn_breakout", "--seeds", "0", "1", "--parallel", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    learning.main()
+    entries = json.loads(path.read_text())["entries"]
+    assert set(entries["rainbow_breakout"]["seeds"]) == {"7"}
+    assert set(entries["dqn_breakout"]["seeds"]) == {"0", "1"}
+    assert entries["dqn_breakout"]["summary"]["train_mean"]["mean"]["value"] == pytest.approx(2.5)
