@@ -248,15 +248,12 @@ class Trading(Hook):
         from omegaconf import OmegaConf
         from tensordict import TensorDict
 
-        from rl_lightning.cli.run import build_module, env_config
+        from rl_lightning.cli.run import restore_module
         from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
         ckpt = load_checkpoint(str(path))
         saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
-        module = build_module(saved, env_config(saved))
-        module.on_load_checkpoint(ckpt)
-        module.load_state_dict(ckpt["state_dict"])
-        module.eval()
+        module = restore_module(ckpt, saved)
 
         def act(obs: np.ndarray, t: int) -> tuple[np.ndarray, int]:
             td = TensorDict({"observation": torch.as_tensor(obs).unsqueeze(0),

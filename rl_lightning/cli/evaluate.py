@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.process import apply_process_settings
-from rl_lightning.cli.run import build_module, container, env_config, make_logger
+from rl_lightning.cli.run import container, env_config, make_logger, restore_module
 from rl_lightning.device import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
 from rl_lightning.training.loggers import is_mlflow
@@ -43,9 +43,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             )
         saved.algo.mpc = bool(cfg.plan)
     env_cfg = env_config(saved)
-    module = build_module(saved, env_cfg)
-    module.on_load_checkpoint(ckpt)
-    module.load_state_dict(ckpt["state_dict"])
+    module = restore_module(ckpt, saved, env_cfg)
     module.to(resolve_device(cfg.device))
     episodes = int(cfg.episodes if cfg.episodes is not None else saved.eval.episodes)
     seed = int(cfg.eval_seed if cfg.eval_seed is not None else saved.eval.seed)

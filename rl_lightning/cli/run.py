@@ -66,6 +66,21 @@ def build_module(cfg: DictConfig, env_cfg: EnvConfig) -> RLModule:
     return module
 
 
+def restore_module(ckpt: dict[str, Any], cfg: DictConfig, env_cfg: EnvConfig | None = None) -> RLModule:
+    """The module of a checkpoint read with :func:`load_checkpoint`, in eval mode.
+
+    Args:
+        ckpt: the checkpoint.
+        cfg: the run's config from the checkpoint, possibly edited (``evaluate plan=...`` sets
+            ``algo.mpc``).
+        env_cfg: the env the specs come from; ``None``: :func:`env_config` of ``cfg``.
+    """
+    module = build_module(cfg, env_config(cfg) if env_cfg is None else env_cfg)
+    module.on_load_checkpoint(ckpt)
+    module.load_state_dict(ckpt["state_dict"])
+    return module.eval()
+
+
 @dataclass
 class Run:
     """Everything ``fit`` needs, built from one config."""
