@@ -142,8 +142,8 @@ def _discard(run: Run) -> None:
 def fit(cfg: DictConfig) -> Run:
     """Trains the configured algorithm; resumes when ``ckpt_path`` is set.
 
-    Ctrl-C stops the run at the next safe point with a resumable ``last.ckpt`` (its MLflow run is marked
-    KILLED, and FINISHED again when a resume completes); the command then raises ``KeyboardInterrupt``.
+    Ctrl-C or SIGTERM stops the run at the next safe point with a resumable ``last.ckpt`` (its MLflow run is
+    marked KILLED, and FINISHED again when a resume completes); the command then raises ``KeyboardInterrupt``.
     """
     run = build_run(cfg, claim_run_dir=True)
     main_rank = run.trainer.is_global_zero  # the other ranks of a DDP run train and save, and say nothing

@@ -1,6 +1,7 @@
-"""Ctrl-C at any point of the loop stops the run at the next safe point with a checkpoint that resumes.
+"""Ctrl-C at any point of the loop stops the run at the next safe point with a checkpoint that resumes; so
+does SIGTERM, which Lightning alone would turn into an abort without the final checkpoint.
 
-The SIGINT is sent to this very process from inside the phase under test (collecting, extending the
+The signal is sent to this very process from inside the phase under test (collecting, extending the
 replay, updating, evaluating, writing a checkpoint), through the same ``fit`` command the CLI runs.
 """
 
@@ -42,14 +43,14 @@ def terminal_sigint() -> Iterator[None]:
     signal.signal(signal.SIGINT, previous)
 
 
-def _interrupting(original: Callable, calls_before: int) -> Callable:
-    """``original`` that sends SIGINT to this process on its ``calls_before + 1``-th call, mid-call."""
+def _interrupting(original: Callable, calls_before: int, signum: int = signal.SIGINT) -> Callable:
+    """``original`` that sends ``signum`` to this process on its ``calls_before + 1``-th call, mid-call."""
     count = {"n": 0}
 
     def wrapped(*args, **kwargs):
         count["n"] += 1
         if count["n"] == calls_before + 1:
-            os.kill(os.getpid(), signal.SIGINT)  # handled between bytecodes, i.e. inside this call
+            os.kill(os.getpid(), signum)  # handled between bytecodes, i.e. inside this call
         return original(*args, **kwargs)
 
     return wrapped
@@ -65,22 +66,35 @@ PHASES = {
 }
 
 
-@pytest.mark.parametrize("phase", sorted(PHASES))
-def test_ctrl_c_in_every_phase_leaves_a_checkpoint_that_resumes(
-    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+CASES = [(phase, signal.SIGINT) for phase in sorted(PHASES)] + [
+    ("update", signal.SIGTERM),
+    ("evaluate", signal.SIGTERM),
+]
+
+
+@pytest.mark.parametrize(("phase", "signum"), CASES, ids=[f"{p}-{s.name}" for p, s in CASES])
+def test_a_stop_signal_in_every_phase_leaves_a_checkpoint_that_resumes(
+    phase: str,
+    signum: signal.Signals,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
     owner, name, calls = PHASES[phase]
     if owner != "module":
-        monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name), calls))
+        monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name), calls, signum))
     else:
         from rl_lightning.algos.dqn import DQN
 
-        monkeypatch.setattr(DQN, name, _interrupting(getattr(DQN, name), calls))
+        monkeypatch.setattr(DQN, name, _interrupting(getattr(DQN, name), calls, signum))
+    sigterm_before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
         fit(compose([*BASE, "total_frames=100000"]))
     out = capsys.readouterr()
     assert "stopping at the next safe point" in out.err and "Traceback" not in out.err
+    assert ("SIGTERM:" in out.err) == (signum == signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is sigterm_before, "fit left its SIGTERM handler behind"
     assert "interrupted:" in out.out and "last checkpoint:" in out.out
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
@@ -125,3 +139,29 @@ def test_a_second_ctrl_c_aborts_at_once(
     assert "aborted: the last checkpoint is in" in out.out
     # Lightning ignores Ctrl-C while it shuts down; afterwards the process has Python's default again.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
+
+
+def test_a_second_sigterm_ends_the_run_after_the_current_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first SIGTERM asks for the graceful stop; a second one is Lightning's: the run ends after the
+    current update, without the final checkpoint."""
+    from rl_lightning.algos.dqn import DQN
+
+    monkeypatch.chdir(tmp_path)
+    original = DQN.update
+    count = {"n": 0}
+
+    def twice(self, batch):
+        count["n"] += 1
+        if count["n"] == 20:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, batch)
+
+    monkeypatch.setattr(DQN, "update", twice)
+    with pytest.raises(KeyboardInterrupt):
+        fit(compose([*BASE, "total_frames=100000"]))
+    out = capsys.readouterr()
+    assert count["n"] == 20, "the run went on after the second SIGTERM"
+    assert "aborted: the last checkpoint is in" in out.out and "interrupted:" not in out.out
