@@ -24,6 +24,10 @@ STUCK = 4 * 2.0**-149
 
 @pytest.fixture(autouse=True)
 def _put_back():
+    # Before as after: a test that built a run in this worker without `main` (build_run applies the
+    # settings, main puts them back) may have left subnormal flushing on.
+    restore_process_settings()
+    torch.set_flush_denormal(False)
     yield
     restore_process_settings()
     torch.set_flush_denormal(False)
