@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -178,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Whatever read the output went away (`| head`, a parent process that ended): the command stops
+        # writing, without a traceback, with the code a shell gives a command ended by SIGPIPE.
+        return 128 + signal.SIGPIPE
     except Exception as e:
         from rl_lightning.cli.errors import USER_ERRORS
 

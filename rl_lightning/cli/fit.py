@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.errors import USER_ERRORS
-from rl_lightning.cli.process import end_startup_pause
+from rl_lightning.cli.process import end_startup_pause, stop_when_output_closes
 from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
 from rl_lightning.training.loggers import end_run, is_mlflow, record_file
 
@@ -172,29 +172,29 @@ def fit(cfg: DictConfig) -> Run:
         os.environ[RUN_DIR_ENV] = str(run.run_dir)
     end_startup_pause()  # the run is built: what it is made of lives until the process ends
     start = time.perf_counter()
-    try:
-        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
-    except SystemExit:
-        # A second Ctrl-C: Lightning saved what it could (on_exception) and exits, leaving Ctrl-C ignored.
-        if run.trainer.interrupted:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if main_rank:
-                # The store first: a parent that started this run and was killed with it has closed the
-                # pipe the message goes to, and the print then raises.
-                if is_mlflow(run.logger):
-                    _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
-                where = _shown(run.checkpoint.dirpath)
-                print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
-            raise KeyboardInterrupt from None
-        raise
-    except USER_ERRORS:
-        if main_rank and created and not run.checkpoint.last_path.is_file():
-            _discard(run)
-        raise
-    if main_rank:
-        summary = _report(run, time.perf_counter() - start, run.datamodule.resumed_frames, run.stop.requested)
-        print(json.dumps(summary))
-        end_run(run.logger)
+    with stop_when_output_closes(run.stop.request):  # a closed pipe for output stops the run, with its ckpt
+        try:
+            run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+        except SystemExit:
+            # A second Ctrl-C: Lightning saved what it could (on_exception) and exits, leaving Ctrl-C ignored.
+            if run.trainer.interrupted:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                if main_rank:
+                    if is_mlflow(run.logger):
+                        _mlflow(run).set_terminated(run.logger.run_id, "KILLED")
+                    where = _shown(run.checkpoint.dirpath)
+                    print(f"aborted: the last checkpoint is in {where}; resume with ckpt_path=last")
+                raise KeyboardInterrupt from None
+            raise
+        except USER_ERRORS:
+            if main_rank and created and not run.checkpoint.last_path.is_file():
+                _discard(run)
+            raise
+        if main_rank:
+            elapsed = time.perf_counter() - start
+            summary = _report(run, elapsed, run.datamodule.resumed_frames, run.stop.requested)
+            print(json.dumps(summary))
+            end_run(run.logger)
     if run.stop.requested:
         raise KeyboardInterrupt
     return run

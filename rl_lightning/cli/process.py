@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from omegaconf import DictConfig
@@ -22,6 +23,7 @@ __all__ = [
     "pause_gc_for_startup",
     "quiet_libraries",
     "restore_process_settings",
+    "stop_when_output_closes",
 ]
 
 
@@ -76,6 +78,59 @@ def quiet_libraries() -> Callable[[], None]:
             logger.removeFilter(harmless)
 
     return undo
+
+
+class _OutputGuard:
+    """A standard stream whose reader may go away: the first ``BrokenPipeError`` calls ``on_closed`` and
+    from then on output goes nowhere. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any, on_closed: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_closed = on_closed
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        # What is left in the stream's buffer is flushed at exit: to /dev/null, not into the closed pipe.
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # a stream without a descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        self._on_closed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def stop_when_output_closes(request_stop: Callable[[], None]) -> Iterator[None]:
+    """While a run trains, a closed stdout or stderr (its reader went away: ``| head``, ``| tee`` ended with
+    Ctrl-C, a parent process that started the run and ended) stops the run at its next safe point, with its
+    checkpoint, instead of a ``BrokenPipeError`` raised from whatever printed, which ended the run as FAILED
+    without one. The rest of the run's output is dropped.
+
+    Args:
+        request_stop: asks the run to stop (``StopOnInterrupt.request``).
+    """
+    found = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (None if s is None else _OutputGuard(s, request_stop) for s in found)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = found
 
 
 #: What :func:`apply_process_settings` found before it changed it, for :func:`restore_process_settings`.
@@ -214,15 +269,27 @@ def exit_process(code: int) -> None:
     (``FAST_EXIT``).
     """
     if os.environ.get("RL_LIGHTNING_TEARDOWN") or not FAST_EXIT:
+        _flush_standard_streams()
         sys.exit(code)
     # The interpreter's own first step at exit: joining the non-daemon threads alone would wait forever for
     # a thread pool's idle workers, which end only when threading's exit callbacks wake them.
     threading._shutdown()
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):  # a closed stream or pipe: nothing left to write to
-            pass
+    _flush_standard_streams()
     os._exit(code)
+
+
+def _flush_standard_streams() -> None:
+    """Flushes stdout and stderr. One whose reader went away (a closed pipe: ``| head``, a parent that
+    ended) gets /dev/null as its file descriptor, Python's recipe for SIGPIPE: the interpreter's own flush
+    at exit then has somewhere to write and does not print an ignored ``BrokenPipeError``."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError):  # a closed stream: nothing left to write to
+            pass

@@ -77,6 +77,29 @@ def test_exit_joins_threads_runs_atexit_flushes_output_and_keeps_the_code(
         assert "fit" in proc.stdout
 
 
+@pytest.mark.parametrize("teardown", [False, True], ids=["fast-exit", "teardown"])
+def test_output_to_a_pipe_nobody_reads_ends_without_a_traceback(tmp_path: Path, teardown: bool) -> None:
+    """`python -m rl_lightning help | head -1`: the reader is gone before the output is written. The write
+    fails in the command (exit 141, as after SIGPIPE) or in the flush at exit (exit 0): never a traceback,
+    nor the interpreter's "Exception ignored" on its own last flush."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("RL_LIGHTNING_TEARDOWN", None)
+    if teardown:
+        env["RL_LIGHTNING_TEARDOWN"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_lightning", "help"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    proc.stdout.close()  # before the interpreter has even started
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) in (0, 141), err
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err
+
+
 @pytest.mark.parametrize(
     "argv",
     [("help",), ("fit",), ("fit", "+experiment=no_such"), ("fit", "+experiment=dqn_cartpole", "env=cartpol")],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -165,3 +166,55 @@ def test_a_second_sigterm_ends_the_run_after_the_current_update(
     out = capsys.readouterr()
     assert count["n"] == 20, "the run went on after the second SIGTERM"
     assert "aborted: the last checkpoint is in" in out.out and "interrupted:" not in out.out
+
+
+class _PipeOut:
+    """stdout to a pipe whose reader goes away: once ``closed``, every write raises ``BrokenPipeError``."""
+
+    def __init__(self) -> None:
+        self.closed_by_reader = False
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> int:
+        if self.closed_by_reader:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.lines.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_pipe_stops_the_run_with_a_checkpoint_that_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fit ... | head`, or a parent that started the run and ended: the next print used to raise
+    ``BrokenPipeError`` inside the loop, and the run ended FAILED without a checkpoint."""
+    from rl_lightning.algos.dqn import DQN
+
+    monkeypatch.chdir(tmp_path)
+    out = _PipeOut()
+    monkeypatch.setattr("sys.stdout", out)
+    original = DQN.update
+    count = {"n": 0}
+
+    def update_then_print(self, batch):
+        count["n"] += 1
+        if count["n"] == 20:
+            out.closed_by_reader = True
+            print("a message while nobody reads")
+        return original(self, batch)
+
+    monkeypatch.setattr(DQN, "update", update_then_print)
+    with pytest.raises(KeyboardInterrupt):
+        fit(compose([*BASE, "total_frames=100000"]))
+    assert sys.stdout is out, "fit left its output guard behind"
+    assert any(line.startswith("fit dqn_cartpole") for line in out.lines)
+    (last,) = tmp_path.glob("runs/dqn_cartpole/*/checkpoints/last.ckpt")
+    stopped = next(v for k, v in load_checkpoint(last).items() if k.endswith("RLDataModule"))["frames"]
+    assert 0 < stopped < 100_000
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    run = fit(compose([*BASE, f"total_frames={stopped + 64}", "ckpt_path=last"]))
+    assert run.datamodule.resumed_frames == stopped
