@@ -116,9 +116,15 @@ def test_a_stop_signal_in_every_phase_leaves_a_checkpoint_that_resumes(
     assert run.datamodule.frames == stopped + 64 and run.datamodule.resumed_frames == stopped
 
 
-def test_a_second_ctrl_c_aborts_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_stop_signal_aborts_without_the_final_checkpoint(
+    signum: signal.Signals,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """A second Ctrl-C raises at once; a second SIGTERM is Lightning's, which ends the run after the
+    current update. Neither writes the final checkpoint."""
     from rl_lightning.algos.dqn import DQN
 
     monkeypatch.chdir(tmp_path)
@@ -128,44 +134,18 @@ def test_a_second_ctrl_c_aborts_at_once(
     def twice(self, batch):
         count["n"] += 1
         if count["n"] == 20:
-            os.kill(os.getpid(), signal.SIGINT)  # asks for a stop ...
-            os.kill(os.getpid(), signal.SIGINT)  # ... and insists before the step is over
+            os.kill(os.getpid(), signum)  # asks for a stop ...
+            os.kill(os.getpid(), signum)  # ... and insists before the step is over
         return original(self, batch)
 
     monkeypatch.setattr(DQN, "update", twice)
     with pytest.raises(KeyboardInterrupt):
         fit(compose([*BASE, "total_frames=100000"]))
     out = capsys.readouterr()
-    assert count["n"] == 20, "the run went on after the second Ctrl-C"
-    assert "aborted: the last checkpoint is in" in out.out
+    assert count["n"] == 20, f"the run went on after the second {signum.name}"
+    assert "aborted: the last checkpoint is in" in out.out and "interrupted:" not in out.out
     # Lightning ignores Ctrl-C while it shuts down; afterwards the process has Python's default again.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
-
-
-def test_a_second_sigterm_ends_the_run_after_the_current_update(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The first SIGTERM asks for the graceful stop; a second one is Lightning's: the run ends after the
-    current update, without the final checkpoint."""
-    from rl_lightning.algos.dqn import DQN
-
-    monkeypatch.chdir(tmp_path)
-    original = DQN.update
-    count = {"n": 0}
-
-    def twice(self, batch):
-        count["n"] += 1
-        if count["n"] == 20:
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(self, batch)
-
-    monkeypatch.setattr(DQN, "update", twice)
-    with pytest.raises(KeyboardInterrupt):
-        fit(compose([*BASE, "total_frames=100000"]))
-    out = capsys.readouterr()
-    assert count["n"] == 20, "the run went on after the second SIGTERM"
-    assert "aborted: the last checkpoint is in" in out.out and "interrupted:" not in out.out
 
 
 class _PipeOut:
