@@ -176,7 +176,7 @@ class Ingestion:
         if isinstance(replay, FrameReplay):
             batch = replay.index(batch)
         if self.nstep is not None:
-            batch = self.nstep(batch)
+            batch = self.nstep(batch, self.keys)
         if self.keys is not None and not self._keys_checked:
             self._check_sample_keys(batch)
         # Extra keys are absent from random warm-up frames (no act wrote them): kept where present.

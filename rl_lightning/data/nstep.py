@@ -8,8 +8,11 @@ an n-step TD target needs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["NStepReturns"]
 
@@ -35,26 +38,39 @@ class NStepReturns:
             raise ValueError("n-step length must be >= 1.")
         self.n = n
         self.gamma = gamma
-        self._carry: TensorDictBase | None = None
+        self._carry: dict[Any, torch.Tensor] | None = None  # the held-back steps, entry by entry
 
     def reset(self) -> None:
         """Forgets held steps (the envs were restarted, so their windows will not continue)."""
         self._carry = None
 
-    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
-        """Returns the completed n-step transitions ``[N, T']`` for ``batch`` ``[N, T]``."""
+    def __call__(self, batch: TensorDictBase, keys: Sequence[Any] | None = None) -> TensorDictBase:
+        """Returns the completed n-step transitions ``[N, T']`` for ``batch`` ``[N, T]``.
+
+        ``keys`` are the entries the transitions keep (``None``: all; absent ones are skipped); the reward
+        and ``done`` of the next step are read in any case. The ingestion passes the keys the replay
+        stores, so that the entries it drops are neither held back nor gathered.
+
+        It works on the entries' tensors and builds one ``TensorDict`` at the end: TensorDict's own ``cat``,
+        indexing and ``clone`` check and dispatch per entry, which cost most of the call for the few frames
+        of a collection (``benchmarks/results/nstep.json``).
+        """
+        if keys is None:
+            leaves = dict(batch.items(include_nested=True, leaves_only=True))
+        else:
+            wanted = dict.fromkeys([*keys, ("next", "reward"), ("next", "done")])
+            leaves = {key: value for key in wanted if (value := batch.get(key, None)) is not None}
         if self._carry is not None:
-            batch = torch.cat([self._carry, batch], dim=1)
-        length = batch.shape[1]
+            leaves = {key: torch.cat([self._carry[key], value], dim=1) for key, value in leaves.items()}
+        length = next(iter(leaves.values())).shape[1]
         ready = length - (self.n - 1)
         # The held-back steps are copied: the collector may write its next batch into the same buffers.
         if ready <= 0:
-            self._carry = batch.clone()
+            self._carry = {key: value.clone() for key, value in leaves.items()}
             return batch[:, :0]
-        self._carry = batch[:, ready:].clone() if self.n > 1 else None
-        nxt = batch.get("next")
-        reward = nxt.get("reward")  # [N, L, 1]
-        done = nxt.get("done").to(reward.dtype)
+        self._carry = {key: value[:, ready:].clone() for key, value in leaves.items()} if self.n > 1 else None
+        reward = leaves["next", "reward"]  # [N, L, 1]
+        done = leaves["next", "done"].to(reward.dtype)
         total = torch.zeros_like(reward[:, :ready])
         alive = torch.ones_like(total)  # 1 while the window has not passed an episode end
         steps = torch.zeros_like(total)
@@ -62,19 +78,22 @@ class NStepReturns:
             total = total + alive * (self.gamma**k) * reward[:, k : k + ready]
             steps = steps + alive
             alive = alive * (1.0 - done[:, k : k + ready])
+        # The last step of each window, whose next observation and end flags the transition takes.
         last = (torch.arange(ready, device=reward.device).view(1, ready, 1) + steps.long() - 1).squeeze(-1)
-        out = batch[:, :ready].clone()
-        idx = last  # [N, ready]
-        out_next = out.get("next")
-        for key, value in nxt.items(include_nested=True, leaves_only=True):
-            if key == "reward":
-                continue
-            gathered = torch.gather(
-                value,
-                1,
-                idx.view(*idx.shape, *([1] * (value.dim() - 2))).expand(*idx.shape, *value.shape[2:]),
-            )
-            out_next.set(key, gathered)
-        out_next.set("reward", total)
-        out.set("steps_to_next_obs", steps.long())
-        return out
+        tree: dict[str, Any] = {"steps_to_next_obs": steps.long()}
+        for key, value in leaves.items():
+            path = (key,) if isinstance(key, str) else key
+            if path == ("next", "reward"):
+                value = total
+            elif path[0] == "next":
+                index = last.view(*last.shape, *([1] * (value.dim() - 2))).expand(
+                    *last.shape, *value.shape[2:]
+                )
+                value = torch.gather(value, 1, index)
+            else:
+                value = value[:, :ready]
+            branch = tree
+            for part in path[:-1]:
+                branch = branch.setdefault(part, {})
+            branch[path[-1]] = value
+        return TensorDict(tree, batch_size=[batch.shape[0], ready], device=batch.device)

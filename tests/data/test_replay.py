@@ -113,6 +113,20 @@ def test_n_step_windows_do_not_read_a_batch_the_collector_wrote_over(steps):
     assert outs[-1].shape[1] > 0
 
 
+def test_n_step_keeps_only_the_given_keys_with_the_same_transitions():
+    """The ingestion passes the stored keys: the others are neither held back nor in the transitions, and
+    the kept ones are those of a call with every key, across a batch boundary."""
+    keys = ("observation", ("next", "observation"), ("next", "reward"), ("next", "terminated"))
+    every, some = NStepReturns(3, 0.9), NStepReturns(3, 0.9)
+    for rewards, end in (([1, 2, 3, 4], 2), ([5, 6, 7, 8], None)):
+        full = every(trajectory(rewards, end))
+        kept = some(trajectory(rewards, end), keys)
+        assert set(kept.keys(True, True)) == {*keys, ("next", "done"), "steps_to_next_obs"}
+        assert ("next", "truncated") in full.keys(True, True)
+        for key in kept.keys(True, True):
+            assert torch.equal(kept[key], full[key]), key
+
+
 def test_n_step_one_is_identity():
     td = trajectory([1, 2, 3], end=1)
     out = NStepReturns(1, 0.9)(td)
