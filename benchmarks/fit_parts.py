@@ -8,8 +8,8 @@ steps), the ingestion of each collection (``add_frames``: episode statistics, n-
 replay samples of the update rounds, and each ``update``. A timer costs about a microsecond, so the parts keep
 the cost they have in a plain run, including what each loses to the others in the CPU's caches (compare with
 the same parts timed alone, for example ``benchmarks/results/replay_storage.json``). Writes
-``benchmarks/results/fit_parts_<experiment>.json``: the seconds, calls and microseconds per call of each part,
-and per frame.
+``benchmarks/results/fit_parts_<experiment>.json`` (or ``--json PATH``): the seconds, calls and microseconds
+per call of each part, and per frame.
 
 Two more parts are timed where they are called, so they stay measured when callbacks replace the module's
 hot paths (compile, CUDA graphs: a replayed graph runs no Python, so the ``update`` timer, which wraps the
@@ -188,7 +188,9 @@ def main() -> None:
     parser.add_argument("--sync", action="store_true", help="synchronise CUDA at the end of each part")
     parser.add_argument("--from-frames", type=int, default=0, help="count from this many frames on")
     parser.add_argument("--ops", action="store_true", help="count operations and host reads per part")
+    parser.add_argument("--json", type=Path, help="write the figures here instead of benchmarks/results/")
     args = parser.parse_args()
+    json_path = args.json.resolve() if args.json else None  # before the run's own directory is entered
     STATE.update(counting=args.from_frames <= 0, sync=args.sync, ops=args.ops)
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(tempfile.mkdtemp(dir=args.out))  # a new run directory and MLflow store, as a first run has
@@ -249,7 +251,8 @@ def main() -> None:
         "parts": parts,
     }
     # An --ops run's times are the counter's, not the run's: its JSON has a name of its own.
-    path = write(f"fit_parts_{experiment_of(args.overrides)}{'_ops' if args.ops else ''}", figures)
+    name = f"fit_parts_{experiment_of(args.overrides)}{'_ops' if args.ops else ''}"
+    path = write(name, figures, json_path)
     for part, figures in parts.items():
         seconds, calls, per_call = figures["seconds"], figures["calls"], figures["us_per_call"]
         ops = f"  {figures['ops_per_frame']:9.1f} ops/frame" if "ops_per_frame" in figures else ""

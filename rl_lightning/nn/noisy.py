@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchrl.modules import NoisyLinear as _TorchRLNoisyLinear
@@ -44,10 +45,14 @@ class NoisyLinear(_TorchRLNoisyLinear):
         super().__init__(in_features, out_features, std_init=std_init, use_exploration_type=False)
 
     def forward(self, x: Tensor, noisy: bool = True) -> Tensor:
-        """``noisy=False``: the mean weights only (the deterministic policy)."""
+        """``noisy=False``: the mean weights only (the deterministic policy).
+
+        The noisy weights are made with one ``addcmul``: one pass and one new weight-sized tensor instead of
+        a multiply and an add with two. Acting on one observation, making them costs more than the product.
+        """
         if noisy:
-            weight = self.weight_mu + self.weight_sigma * self.weight_epsilon
-            bias = self.bias_mu + self.bias_sigma * self.bias_epsilon
+            weight = torch.addcmul(self.weight_mu, self.weight_sigma, self.weight_epsilon)
+            bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.bias_epsilon)
         else:
             weight, bias = self.weight_mu, self.bias_mu
         return F.linear(x, weight, bias)
