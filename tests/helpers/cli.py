@@ -114,16 +114,16 @@ def check_trajectories_across_resume(before_run, resumed_run, per_side: int) -> 
 
 
 class ReplayedRows:
-    """Records every row the data path's n-step stage hands the replay, with all its collected keys (the
-    replay keeps only the algorithm's ``sample_keys``). ``ReplayedRows(run.datamodule)`` before the fit;
+    """Records every row the data path's n-step stage hands the replay, with every key it keeps (the replay
+    stores only the algorithm's ``sample_keys`` of them). ``ReplayedRows(run.datamodule)`` before the fit;
     :meth:`check_stored` afterwards compares them with what the replay holds and returns them."""
 
     def __init__(self, dm) -> None:
         self._dm, self._inner, self._rows = dm, dm.ingestion.nstep, []
         dm.ingestion.nstep = self
 
-    def __call__(self, batch):
-        out = self._inner(batch)
+    def __call__(self, batch, keys=None):
+        out = self._inner(batch, keys)
         self._rows.append(out.reshape(-1).clone())
         return out
 
