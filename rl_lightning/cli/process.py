@@ -107,9 +107,18 @@ class _OutputGuard:
     def _gone(self) -> None:
         self.reader_gone = True
         # What is left in the stream's buffer is flushed at exit: to /dev/null, not into the closed pipe.
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # a stream without a descriptor
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        _point_at_devnull(self._stream)
         self._on_closed()
+
+
+def _point_at_devnull(stream: Any) -> None:
+    """Gives ``stream``'s file descriptor to /dev/null (nothing for a stream without one)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -289,7 +298,6 @@ def _flush_standard_streams() -> None:
         try:
             stream.flush()
         except BrokenPipeError:
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            _point_at_devnull(stream)
         except (OSError, ValueError):  # a closed stream: nothing left to write to
             pass
