@@ -1,17 +1,21 @@
-"""Shared helpers for the benchmark scripts: machine description, JSON output, the CLI as a subprocess."""
+"""Shared helpers for the benchmark scripts: machine description, JSON output, the CLI as a subprocess, a
+module as an earlier revision had it."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -97,6 +101,22 @@ def cli(cwd: Path, log: Path, *args: str) -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}); see {log}")
     return proc.stdout.strip().splitlines()[-1]
+
+
+def module_at(rev: str, path: str) -> ModuleType:
+    """The module ``path`` (relative to the repository, e.g. ``rl_lightning/data/nstep.py``) as it was at the
+    git revision ``rev``, read with ``git show`` and loaded apart from this tree's; its own imports resolve to
+    this tree's modules. For timing code against an earlier revision of itself in one process."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    name = re.sub(r"\W", "_", f"{Path(path).stem}_at_{rev}")
+    file = Path(tempfile.mkdtemp()) / f"{name}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:

@@ -19,16 +19,12 @@ Writes ``benchmarks/results/nstep.json``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from _common import ROOT, write
+from _common import module_at, write
 from torchrl.collectors import Collector
 
 from rl_lightning.algos.base import TRANSITION_KEYS
@@ -41,23 +37,6 @@ from rl_lightning.envs.factory import EnvConfig, make_env
 CPU = torch.device("cpu")
 #: What ``Ingestion`` stores for the DQN family with n-step returns and frames.
 STORED = (*frame_keys(TRANSITION_KEYS), "steps_to_next_obs")
-
-
-def nstep_at(rev: str) -> type:
-    """``NStepReturns`` as ``rl_lightning/data/nstep.py`` was at ``rev``."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:rl_lightning/data/nstep.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "nstep_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("nstep_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.NStepReturns
 
 
 def collect(collections: int) -> list:
@@ -88,8 +67,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     batches = collect(args.collections)
-    variants = {"before": (nstep_at(args.before), None), "after": (NStepReturns, STORED),
-                "after_all_keys": (NStepReturns, None)}  # fmt: skip
+    old = module_at(args.before, "rl_lightning/data/nstep.py").NStepReturns
+    variants = {
+        "before": (old, None),
+        "after": (NStepReturns, STORED),
+        "after_all_keys": (NStepReturns, None),
+    }
     times: dict[str, list[float]] = {name: [] for name in variants}
     _, reference = run(variants["before"][0], batches, None)
     for name, (cls, keys) in variants.items():  # warm-up, and the outputs checked once
