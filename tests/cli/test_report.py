@@ -75,6 +75,29 @@ def test_intervals_hold_the_estimate_and_collapse_for_equal_runs() -> None:
     assert covered >= 85
 
 
+def test_intervals_are_the_percentiles_of_each_replicates_figure() -> None:
+    # The bootstrap's replicates are aggregated in one array operation: each replicate's figure is the one
+    # its scores give alone (scipy's trimmed mean, numpy's mean and median; P(X > Y) pair by pair).
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(5, 3)), rng.normal(0.3, 1, size=(4, 3))
+    reps, seed = 300, 1
+    alone = {"iqm": lambda s: trim_mean(s.ravel(), 0.25), "mean": np.mean, "median": np.median}
+    estimates = interval_estimates(x, reps=reps, seed=seed)
+    for name, figure in alone.items():
+        low, high = np.percentile([figure(s) for s in stratified_bootstrap(x, reps, seed)], [2.5, 97.5])
+        assert estimates[name]["low"] == pytest.approx(low) and estimates[name]["high"] == pytest.approx(high)
+
+    def improvement(a: np.ndarray, b: np.ndarray) -> float:
+        per_task = [np.mean([(u > v) + 0.5 * (u == v) for u in a[:, t] for v in b[:, t]]) for t in range(3)]
+        return float(np.mean(per_task))
+
+    xs, ys = stratified_bootstrap(x, reps, seed), stratified_bootstrap(y, reps, seed + 1)
+    low, high = np.percentile([improvement(a, b) for a, b in zip(xs, ys)], [2.5, 97.5])
+    p = probability_of_improvement(x, y, reps=reps, seed=seed)
+    assert p["value"] == pytest.approx(improvement(x, y))
+    assert p["low"] == pytest.approx(low) and p["high"] == pytest.approx(high)
+
+
 def test_report_reads_the_seeds_of_each_input_and_compares_them(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     for name, finals in (("a", [100, 200, 300, 400, 500]), ("b", [500, 500, 500, 400, 500])):
