@@ -90,8 +90,10 @@ def test_trajectories_of_local_workers_stay_apart_after_a_resume(tmp_path: Path,
         "+experiment=tdmpc2_pendulum", "logger=none", "device=cpu", "progress_bar=false",
         "collect.workers=2", "collect.warmup_frames=120", "collect.frames_per_batch=8", "env.num_envs=2",
         "replay.batch_size=24", *TINY_TDMPC2, "eval.every_frames=0", "eval.episodes=1",
-        "replay.capacity=1000",
-        "checkpoint.every_frames=240",
+        "replay.capacity=1000", "checkpoint.every_frames=240",
+        # Few updates: what is checked is the ids the workers write, and TD-MPC2's updates (one per frame,
+        # and a burst of one per warm-up frame) were most of the test's time.
+        "collect.updates_per_frame=0.05", "collect.warmup_burst=false",
     ]  # fmt: skip
     first = fit(compose([*base, "total_frames=240"]))  # 2 workers x 2 envs: four trajectories
     run = fit(compose([*base, "total_frames=320", "ckpt_path=last"]))
