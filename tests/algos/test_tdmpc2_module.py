@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import run_main
+from helpers.cli import TINY_TDMPC2, run_main
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -242,14 +242,7 @@ SMOKE = [
     "eval.episodes=1",
     "replay.batch_size=24",
     "checkpoint.every_frames=150",
-    "algo.model_size=1M",
-    "algo.latent_dim=32",
-    "algo.mlp_dim=32",
-    "algo.enc_dim=32",
-    "algo.num_samples=32",
-    "algo.num_elites=4",
-    "algo.num_pi_trajs=2",
-    "algo.iterations=2",
+    *TINY_TDMPC2,  # planning every step was most of a smoke run's time
     "log_every_n_updates=50",
 ]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import SMOKE, interrupt_cli, mlflow_client, mlflow_runs, run_main
+from helpers.cli import SMOKE, TINY_TDMPC2, interrupt_cli, mlflow_client, mlflow_runs, run_main
 from omegaconf import OmegaConf
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
@@ -16,11 +16,10 @@ from rl_lightning.cli.fit import EXPERIMENT_KIND_TAG, NOT_LOGGED, training_param
 
 pytestmark = pytest.mark.slow
 
-#: TD-MPC2 at toy size: the smoke run checks the wiring, not the learning (a full-size plan costs seconds).
+#: TD-MPC2 at toy size (the suite's tiny model and one-iteration planner): the smoke run checks the wiring,
+#: not the learning, and planning every step of collection and evaluation was most of its time.
 TDMPC2_TINY = [
-    "replay.batch_size=24", "replay.device=cpu", "algo.model_size=1M", "algo.latent_dim=32",
-    "algo.mlp_dim=32", "algo.enc_dim=32", "algo.num_samples=32", "algo.num_elites=4", "algo.num_pi_trajs=2",
-    "algo.iterations=2",
+    *TINY_TDMPC2, "replay.batch_size=24", "replay.device=cpu",
     "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
     "eval.episodes=1",  # a game per opponent: up to 251 planned steps each
 ]  # fmt: skip
