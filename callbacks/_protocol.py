@@ -8,6 +8,11 @@ A module opts in by exposing:
   callbacks add ``fused``/``capturable`` to it in ``setup``, which Lightning runs before
   ``configure_optimizers``.
 - ``cuda_graph_safe: tuple[str, ...]`` (optional): the hot paths that may be captured as CUDA graphs.
+- ``compile_regions: dict[str, tuple[str, ...]]`` (optional): for a hot path, the methods ``TorchCompile``
+  compiles in its place. An ``update`` runs backward passes and optimizer steps, at which a compiled graph
+  breaks; its losses, computed in methods of their own, compile into one graph each instead, and what runs
+  between them (backward, optimizer steps, target updates) stays eager. A path without regions is compiled
+  whole.
 - ``direct_optimizers`` (for ``DirectSteps``): ``None``, or optimizers the callback set for a fit, which the
   update steps (with a plain ``loss.backward()``) instead of Lightning's wrappers.
 
@@ -91,6 +96,33 @@ def resolve_hot_paths(pl_module: nn.Module, paths: tuple[str, ...] | None, who: 
                 f"{who}: {type(pl_module).__name__}.{name} is listed in hot_paths but is no method."
             )
     return selected
+
+
+def resolve_compile_regions(pl_module: nn.Module, path: str, who: str) -> tuple[str, ...]:
+    """The methods to compile for the hot path ``path``: the module's ``compile_regions`` for it, else the
+    path itself.
+
+    Raises:
+        TypeError: ``compile_regions`` is not a dict of tuples of names, or a region is not a method.
+    """
+    declared = getattr(pl_module, "compile_regions", None) or {}
+    if not isinstance(declared, dict):
+        raise TypeError(
+            f"{who}: {type(pl_module).__name__}.compile_regions={declared!r} must be a dict from hot paths "
+            "to tuples of method names."
+        )
+    regions = declared.get(path, ())
+    if isinstance(regions, str) or not all(isinstance(r, str) for r in regions):
+        raise TypeError(
+            f"{who}: {type(pl_module).__name__}.compile_regions[{path!r}]={regions!r} must be a tuple of "
+            "method names."
+        )
+    for name in regions:
+        if not callable(getattr(pl_module, name, None)):
+            raise TypeError(
+                f"{who}: {type(pl_module).__name__}.{name} is a compile region of {path!r} but is no method."
+            )
+    return tuple(regions) or (path,)
 
 
 def require_optimizer_kwargs(pl_module: nn.Module, who: str) -> dict[str, Any]:

@@ -23,6 +23,9 @@ For the optimization callbacks (``callbacks/``, duck-typed, see ``callbacks._pro
 
 * ``hot_paths``: the methods they may wrap (``update`` and ``act``): static shapes, no host syncs;
 * ``cuda_graph_safe``: the hot paths that may be captured as CUDA graphs;
+* ``compile_regions``: what ``TorchCompile`` compiles of ``update``: the methods that compute its losses, as
+  pure functions of the sample (no backward, no optimizer step). Each compiles into one graph; compiling the
+  whole ``update`` breaks the graph at every backward pass and optimizer step;
 * ``optimizer_kwargs``: merged into every optimizer built with :meth:`RLModule.make_optimizer`
   (``fused``, ``capturable``).
 
@@ -149,6 +152,9 @@ class RLModule(L.LightningModule, ABC):
 
     hot_paths: tuple[str, ...] = ("update", "act")
     cuda_graph_safe: tuple[str, ...] = ()
+    #: For a hot path, the methods ``TorchCompile`` compiles in its place: the losses of ``update``, each
+    #: traced into one graph (``callbacks/torch_compile.py``). A path without regions is compiled whole.
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Under DDP: some parameters get no gradient in some backward pass of ``update`` (several losses with
     #: their own optimizers, a critic-only step), so DDP must look for unused parameters.
     ddp_find_unused_parameters: bool = False
@@ -305,7 +311,7 @@ class RLModule(L.LightningModule, ABC):
         # callbacks' wrappers (compiled functions, CUDA graphs) belong to this process.
         # It gets none of this process's optimizers either.
         state = super().__getstate__()
-        for name in self.hot_paths:
+        for name in (*self.hot_paths, *(r for regions in self.compile_regions.values() for r in regions)):
             state.pop(name, None)
         state["direct_optimizers"] = state["_params_cache"] = None
         return state

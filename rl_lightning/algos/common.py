@@ -238,8 +238,8 @@ def mark_critic_only(batch: TensorDictBase, update_number: int, policy_delay: in
 
     Every ``policy_delay``-th update steps the actor: ``batch`` is returned as it is. The others get a
     shallow copy carrying :data:`CRITIC_ONLY`, an empty ``[B, 0]`` tensor: it changes the batch's signature
-    (its keys), so a compiled ``update`` has one variant per phase and a CUDA-graphed one a graph per
-    signature, at no memory or kernel cost.
+    (its keys), so a CUDA-graphed ``update`` has a graph per signature (and one compiled whole a variant per
+    phase), at no memory or kernel cost. The compiled losses read the batch without it.
     """
     if update_number % policy_delay == 0:
         return batch

@@ -132,6 +132,7 @@ class DQN(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("td_loss",)}
     legacy_state_keys: ClassVar[dict[str, str]] = {"eps_bounds": "epsilon_schedule.bounds"}
     #: Versions built on TorchRL's ``DQNLoss`` named the networks differently; their actor shared its weights
     #: with the loss, which also held the estimator's gamma.

@@ -84,6 +84,7 @@ class SoftActorCritic(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("_losses",)}
 
     def __init__(
         self,

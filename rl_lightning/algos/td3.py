@@ -10,14 +10,15 @@ affinely to the env's bounds (stored actions are mapped back in ``update``).
 The delayed actor update: ``update(batch)`` is one full step (critic, actor, targets); a batch that
 carries the key ``"critic_only"`` gets the critic step alone. ``prepare_sample`` marks ``policy_delay - 1``
 of every ``policy_delay`` batches on the host from a Python update counter, so no tensor is read and no
-Python branch depends on a tensor value: a compiled ``update`` has one variant per schedule phase and a
-CUDA-graphed one has one graph per input signature (critic-only and full), both of static shapes.
+Python branch depends on a tensor value: a CUDA-graphed ``update`` has one graph per input signature
+(critic-only and full), both of static shapes, and the compiled losses (``compile_regions``) read the batch
+without the mark, one variant each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -68,6 +69,7 @@ class DeterministicActorCritic(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("_critic_loss", "_actor_loss")}
     ddp_find_unused_parameters = True  # the critic's backward skips the actor; the actor's, the critics
     loss_module: LossModule
 
@@ -173,8 +175,9 @@ class DeterministicActorCritic(RLModule):
 
     # ------------------------------------------------------------------ the update
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
-        """A shallow copy of the replay sample with its actions mapped to ``[-1, 1]``."""
-        td = batch.copy()
+        """A shallow copy of the replay sample with its actions mapped to ``[-1, 1]``, without the
+        :data:`CRITIC_ONLY` mark: both kinds of update hand the compiled losses the same keys."""
+        td = batch.exclude(CRITIC_ONLY)
         td.set("action", self.actions.from_env(batch.get("action")))
         return td
 

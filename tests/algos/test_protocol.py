@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pickle
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
+from callbacks._protocol import wrap_hot_path
 from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule
 from rl_lightning.cli import CONF_DIR, compose, experiments, main
-from rl_lightning.cli.run import build_run
+from rl_lightning.cli.run import build_module, build_run, env_config
 from rl_lightning.data.ingest import Ingestion
 from rl_lightning.data.replay import ReplayConfig, ReplayMismatchError, make_replay_buffer, resolve_replay
 from rl_lightning.data.transfer import DeviceCopies
@@ -43,6 +45,27 @@ def test_every_algorithm_is_a_concrete_rl_module(path: Path) -> None:
     cls = algo_class(path)
     assert issubclass(cls, RLModule)
     assert not inspect.isabstract(cls), f"{cls.__name__} lacks {sorted(cls.__abstractmethods__)}"
+
+
+@pytest.mark.parametrize("path", ALGO_FILES, ids=lambda p: p.stem)
+def test_every_update_compiles_as_its_losses(path: Path) -> None:
+    """``TorchCompile`` compiles each algorithm's losses, not its whole update (``compile_regions``)."""
+    cls = algo_class(path)
+    regions = cls.compile_regions.get("update", ())
+    assert regions and "update" not in regions
+    assert all(callable(getattr(cls, name, None)) for name in regions), regions
+
+
+def test_a_copy_for_another_process_leaves_the_wrapped_functions_behind() -> None:
+    """A collector worker's copy of the module gets the class's methods: the wrappers of the hot paths and
+    of the compile regions (compiled functions, CUDA graphs) belong to this process and do not pickle."""
+    cfg = compose(["+experiment=dqn_cartpole", "device=cpu"])
+    module = build_module(cfg, env_config(cfg))
+    for name in ("update", "act", "td_loss"):
+        wrap_hot_path(module, name, lambda fn: lambda *args: fn(*args), owner=module)
+    copy = pickle.loads(pickle.dumps(module))
+    assert not {"update", "act", "td_loss"} & copy.__dict__.keys()
+    assert copy.td_loss.__func__ is type(module).td_loss
 
 
 @pytest.mark.parametrize("path", ALGO_FILES, ids=lambda p: p.stem)

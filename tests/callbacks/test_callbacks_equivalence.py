@@ -44,6 +44,7 @@ from helpers.equivalence import (
     Result,
     assert_autocast,
     assert_compiled,
+    assert_compiled_once_each,
     assert_direct_steps_match,
     assert_fused,
     assert_matches,
@@ -57,7 +58,7 @@ from helpers.equivalence import (
 )
 from helpers.fit import K
 
-from callbacks import FusedOptimizer, MixedPrecision
+from callbacks import FusedOptimizer, MixedPrecision, TorchCompile
 
 
 # ---------------------------------------------------------------------------------------------- DQN
@@ -81,6 +82,16 @@ def test_dqn_compile_matches(dqn_reference: Result) -> None:
     compiled = compile_run(DQN, dqn_data)
     assert_matches(dqn_reference, compiled, exact_actions=True)
     assert_compiled(dqn_reference, compiled)
+    assert_compiled_once_each(compiled)
+
+
+@pytest.mark.slow
+def test_dqn_whole_update_compiled_matches(dqn_reference: Result) -> None:
+    # regions=False: the whole update compiled, in pieces between its backward pass and optimizer step.
+    whole = TorchCompile(mode="default", backend="aot_eager", paths=["update"], regions=False)
+    compiled = run(DQN, dqn_data, [whole])
+    assert_matches(dqn_reference, compiled, exact_actions=True)
+    assert compiled.evidence.compiled_variants == {"update": 1, "td_loss": 0}
 
 
 def test_dqn_bf16_close(dqn_reference: Result) -> None:
@@ -119,6 +130,7 @@ def test_tdmpc2_compile_matches(tdmpc2_reference: Result) -> None:
     compiled = compile_run(TDMPC2, tdmpc2_data, "aot_eager")
     assert_matches(tdmpc2_reference, compiled, exact_actions=False)
     assert_compiled(tdmpc2_reference, compiled)
+    assert_compiled_once_each(compiled)
 
 
 def test_tdmpc2_bf16_close(tdmpc2_reference: Result) -> None:

@@ -51,7 +51,6 @@ class TestActorCriticCallbacks(FamilyEquivalence):
     EXPERIMENTS = EXPERIMENTS
     # DDPG runs DeterministicActorCritic's update, which TD3 (with its delayed actor: both branches) compiles.
     COMPILED = frozenset({"sac", "sac_discrete", "td3"})
-    CRITIC_ONLY_VARIANT = frozenset({"td3"})  # policy_delay=2
     EXACT_ACTIONS = frozenset({"sac_discrete"})  # argmax of near-equal logits; continuous ones to EXACT_ATOL
     BF16 = ACTOR_CRITIC_BF16  # measured in helpers/equivalence.py
     make_data = staticmethod(actor_critic_data)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from helpers.toy import (
     MemoryLogger,
     ToyProtocolModule,
+    WithCompileRegions,
     WithoutHotPaths,
+    WithUnknownRegion,
     assert_state_close,
     baseline_state,
     fit_toy,
@@ -154,6 +157,47 @@ def test_compile_compiles_and_logs_compile_time(compiled_fit) -> None:
     restored = TorchCompile()
     restored.load_state_dict(callback.state_dict())
     assert restored.compile_s == callback.compile_s
+
+
+class WrappedAtFirstBatch(pl.Callback):
+    """Records which methods carry wrappers while the first batch trains."""
+
+    def __init__(self) -> None:
+        self.wrapped: dict[str, int] | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.wrapped is None:
+            self.wrapped = wrapped_paths(pl_module)
+
+
+def test_compile_compiles_the_regions_of_update_in_its_place() -> None:
+    callback, seen = TorchCompile(backend="aot_eager"), WrappedAtFirstBatch()
+    torch._dynamo.reset()
+    module, _, _ = fit_toy([callback, seen], module_cls=WithCompileRegions)
+    # The losses and act were compiled, update itself was not: it runs its backward passes and optimizer
+    # steps eagerly, between the compiled losses.
+    assert callback.compiled_functions == ("critic_loss", "actor_loss", "act")
+    assert seen.wrapped == {"critic_loss": 1, "actor_loss": 1, "act": 1}
+    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list
+    assert len(entries(WithCompileRegions.critic_loss)) == len(entries(WithCompileRegions.actor_loss)) == 1
+    assert len(entries(WithCompileRegions.update)) == 0
+    assert_state_close(module, baseline_state(), atol=COMPILE_ATOL)  # the same math as the plain toy's
+    assert not {"critic_loss", "actor_loss", "act"} & module.__dict__.keys() and wrapped_paths(module) == {}
+
+
+def test_compile_without_regions_compiles_the_whole_path() -> None:
+    callback, seen = TorchCompile(backend="aot_eager", paths=["update"], regions=False), WrappedAtFirstBatch()
+    torch._dynamo.reset()
+    fit_toy([callback, seen], module_cls=WithCompileRegions, steps=2)
+    assert callback.compiled_functions == ("update",) and seen.wrapped == {"update": 1}
+    assert len(torch._dynamo.eval_frame._debug_get_cache_entry_list(WithCompileRegions.update)) > 0
+
+
+def test_compile_refuses_a_region_that_is_no_method() -> None:
+    with pytest.raises(TypeError, match="value_loss is a compile region of 'update' but is no method"):
+        fit_toy([TorchCompile()], module_cls=WithUnknownRegion)
+    with pytest.raises(ValueError, match="regions='yes' must be True or False"):
+        TorchCompile(regions="yes")
 
 
 # --- CudaGraphs ------------------------------------------------------------------------------------------

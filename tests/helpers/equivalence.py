@@ -101,13 +101,14 @@ class Evidence:
             functions directly, so the MLP's own output is what shows autocast); calls inside compiled code
             are not counted.
         fused: ``fused`` of every parameter group of every optimizer of the fit.
-        update_variants: the compiled variants of the module's ``update`` frame that dynamo kept (its
-            cache entries): one per variant the update has by design (TD3's critic-only and full
-            updates), more where a guard failed after the first call and the update was traced again.
+        compiled_variants: for ``update`` and each of its compile regions (``compile_regions``), the compiled
+            variants dynamo kept (its cache entries): one for each function ``TorchCompile`` compiled, none
+            for those it did not, more where a guard failed after the first call and the function was
+            traced again.
     """
 
     compiled_frames: int = 0
-    update_variants: int = 0
+    compiled_variants: dict[str, int] = field(default_factory=dict)
     dtypes: Counter = field(default_factory=Counter)
     fused: list[Any] = field(default_factory=list)
 
@@ -141,8 +142,11 @@ class EvidenceRecorder(L.Callback):
         for hook in self._hooks:
             hook.remove()
         self.evidence.compiled_frames = torch._dynamo.utils.counters["frames"]["ok"] - self._frames_before
-        update = type(pl_module).update.__code__
-        self.evidence.update_variants = len(torch._dynamo.eval_frame._debug_get_cache_entry_list(update))
+        names = ("update", *pl_module.compile_regions.get("update", ()))
+        self.evidence.compiled_variants = {
+            name: len(torch._dynamo.eval_frame._debug_get_cache_entry_list(getattr(type(pl_module), name)))
+            for name in names
+        }
         self.evidence.fused = [g.get("fused") for opt in trainer.optimizers for g in opt.param_groups]
 
 
@@ -166,6 +170,13 @@ def assert_compiled(ref: Result, other: Result) -> None:
     """``TorchCompile`` acted: dynamo compiled frames in ``other``'s fit and none in ``ref``'s."""
     assert other.evidence.compiled_frames > 0
     assert ref.evidence.compiled_frames == 0
+
+
+def assert_compiled_once_each(result: Result) -> None:
+    """``update`` was compiled as its compile regions, each traced once: none was traced again after a
+    guard failed (TD3's critic-only and full updates share one variant of each loss)."""
+    variants = result.evidence.compiled_variants
+    assert variants.pop("update") == 0 and variants and set(variants.values()) == {1}, variants
 
 
 def assert_autocast(ref: Result, other: Result, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -318,10 +329,6 @@ class FamilyEquivalence:
     #: The experiments whose ``update`` ``test_compile_matches`` compiles (default: all); one that runs the
     #: same update code as another may be left to it, since compiling an update takes seconds.
     COMPILED: ClassVar[frozenset[str] | None] = None
-    #: The experiments whose ``update`` has two compiled variants by design, critic-only and full (TD3 with
-    #: its delayed actor, marked on the batch); the others have one. A variant more is a recompilation after
-    #: the first call (``Evidence.update_variants``).
-    CRITIC_ONLY_VARIANT: ClassVar[frozenset[str]] = frozenset()
     EXACT_ACTIONS: ClassVar[frozenset[str]]  # the experiments whose actions compare bit for bit (discrete)
     BF16: ClassVar[Bf16Bounds]
 
@@ -373,7 +380,7 @@ class FamilyEquivalence:
         other = compile_run(self.EXPERIMENTS[name], self.make_data, "aot_eager", paths=["update"])
         assert_matches(self.reference(name), other, exact_actions=name in self.EXACT_ACTIONS)
         assert_compiled(self.reference(name), other)
-        assert other.evidence.update_variants == (2 if name in self.CRITIC_ONLY_VARIANT else 1)
+        assert_compiled_once_each(other)
 
     def test_bf16_close(self, name: str) -> None:
         ref, low = self.reference(name), run(self.EXPERIMENTS[name], self.make_data, [MixedPrecision("bf16")])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -49,19 +50,25 @@ class ToyProtocolModule(pl.LightningModule):
         td["action"] = torch.tanh(self.actor(td["observation"]))
         return td
 
-    def update(self, batch: TensorDict) -> TensorDict:
-        """One gradient step on critic and actor; returns detached scalar losses."""
-        critic_opt, actor_opt = self.optimizers()
+    def critic_loss(self, batch: TensorDict) -> torch.Tensor:
         obs, action = batch["observation"], batch["action"]
         with torch.no_grad():
             bootstrap = self.target_critic(torch.cat([obs, action], -1)).squeeze(-1)
         q = self.critic(torch.cat([obs, action], -1)).squeeze(-1)
-        critic_loss = F.mse_loss(q, batch["reward"] + 0.1 * bootstrap)
+        return F.mse_loss(q, batch["reward"] + 0.1 * bootstrap)
+
+    def actor_loss(self, batch: TensorDict) -> torch.Tensor:
+        return F.mse_loss(torch.tanh(self.actor(batch["observation"])), batch["expert_action"])
+
+    def update(self, batch: TensorDict) -> TensorDict:
+        """One gradient step on critic and actor; returns detached scalar losses."""
+        critic_opt, actor_opt = self.optimizers()
+        critic_loss = self.critic_loss(batch)
         critic_opt.zero_grad()
         self.manual_backward(critic_loss)
         critic_opt.step()
 
-        actor_loss = F.mse_loss(torch.tanh(self.actor(obs)), batch["expert_action"])
+        actor_loss = self.actor_loss(batch)
         actor_opt.zero_grad()
         self.manual_backward(actor_loss)
         actor_opt.step()
@@ -156,6 +163,18 @@ class WithoutHotPaths(ToyProtocolModule):
     """Lacks the hot-path protocol."""
 
     hot_paths = None
+
+
+class WithCompileRegions(ToyProtocolModule):
+    """The same module, whose two losses ``TorchCompile`` compiles in place of ``update``."""
+
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("critic_loss", "actor_loss")}
+
+
+class WithUnknownRegion(ToyProtocolModule):
+    """Names a compile region it does not have."""
+
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("value_loss",)}
 
 
 class WithoutOptimizerKwargs(ToyProtocolModule):

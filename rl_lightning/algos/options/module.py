@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -110,6 +111,7 @@ class SACOptions(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("losses",)}
 
     def __init__(
         self,
@@ -332,6 +334,28 @@ class SACOptions(RLModule):
             priorities (mean over options of the larger critic's ``|TD error|``) under ``"priority"``.
         """
         hp = self.hparams
+        loss, metrics, td_error = self.losses(batch)
+        optimizers = [self.optimizer(i) for i in range(len(self._param_groups()))]
+        self.clear_grads(*optimizers)
+        # Targets carry no gradient, the actor loss reads detached critics, the termination loss a detached
+        # advantage: the sum's gradient is each loss's own gradient on its own parameters.
+        self.backward_loss(loss)
+        if hp.grad_clip is not None:
+            for name, params in self._param_groups().items():
+                if name != "alpha":
+                    metrics[f"grad_norm_{name}"] = clip_grad_norm(params, hp.grad_clip)
+        for opt in optimizers:
+            opt.step()
+        params = self._param_lists()
+        polyak_update(params["target_critic"], params["qvalue"], hp.tau)
+        with torch.no_grad():
+            metrics.update(self.usage.summary())
+        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
+
+    def losses(self, batch: TensorDictBase) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        """The summed loss of ``batch`` (critics, intra-option policies, temperature, terminations; see
+        the module docstring), the batch's detached metrics, and the priorities ``[B]``."""
+        hp = self.hparams
         obs = batch.get("observation").float()
         next_obs = batch.get(("next", "observation")).float()
         reward = batch.get(("next", "reward")).float().reshape(-1, 1)
@@ -388,23 +412,7 @@ class SACOptions(RLModule):
             loss_beta = om.termination_loss(beta_taken, advantage, hp.deliberation_cost, counted, weights)
             loss = loss + loss_beta
             metrics["loss_termination"] = loss_beta.detach()
-
-        optimizers = [self.optimizer(i) for i in range(len(self._param_groups()))]
-        self.clear_grads(*optimizers)
-        # Targets carry no gradient, the actor loss reads detached critics, the termination loss a detached
-        # advantage: the sum's gradient is each loss's own gradient on its own parameters.
-        self.backward_loss(loss)
-        if hp.grad_clip is not None:
-            for name, params in self._param_groups().items():
-                if name != "alpha":
-                    metrics[f"grad_norm_{name}"] = clip_grad_norm(params, hp.grad_clip)
-        for opt in optimizers:
-            opt.step()
-        params = self._param_lists()
-        polyak_update(params["target_critic"], params["qvalue"], hp.tau)
-
         with torch.no_grad():
-            metrics.update(self.usage.summary())
             w = counted.float()
             metrics["options/termination_prob"] = (beta_taken.detach() * w).sum() / w.sum().clamp_min(1.0)
             # Each option's termination probability on the batch's next states: which options the
@@ -413,7 +421,7 @@ class SACOptions(RLModule):
                 metrics[f"options/termination_prob_{k}"] = beta_k
             metrics["options/entropy_high"] = -(probs_next * probs_next.clamp_min(1e-30).log()).sum(-1).mean()
             metrics["options/entropy_low"] = metrics["entropy"]
-        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
+        return loss, metrics, td_error
 
     # ------------------------------------------------------------------ optimizers
     def _collect_params(self) -> dict[str, list[Tensor]]:

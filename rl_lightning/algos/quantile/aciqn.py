@@ -14,15 +14,16 @@ the critic loss is :func:`~rl_lightning.algos.quantile.math.quantile_huber_loss`
 The delayed actor: ``update(batch)`` is one full step (critics, actor, targets); a batch that carries the
 key ``"critic_only"`` gets the critic step alone. ``prepare_sample`` marks ``policy_delay - 1`` of every
 ``policy_delay`` batches on the host from a Python update counter (saved in checkpoints), so no tensor is
-read and no Python branch depends on a tensor value: a compiled ``update`` has one variant per phase and a
-CUDA-graphed one one graph per input signature (the same scheme as TD3's module).
+read and no Python branch depends on a tensor value: a CUDA-graphed ``update`` has one graph per input
+signature, and the compiled losses (``compile_regions``) read the batch without the mark, one variant each
+(the same scheme as TD3's module).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -89,6 +90,7 @@ class ACIQN(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("critic_loss", "actor_loss")}
     ddp_find_unused_parameters = True  # the critic step's backward skips the actor; the actor's, the critics
 
     def __init__(
@@ -212,20 +214,36 @@ class ACIQN(RLModule):
             ``loss_qvalue``, ``loss_actor`` (the latest actor step's), ``q_mean``, ``grad_norm`` (critics)
             and, for a prioritized sample, the per-sample critic losses as priorities.
         """
-        metrics, per_sample = self.critic_step(batch)
+        # The losses read the batch without the mark: one compiled variant each for both kinds of update.
+        sample = batch.exclude(CRITIC_ONLY)
+        metrics, per_sample = self.critic_step(sample)
         # A key of the batch, set on the host by ``prepare_sample``: no tensor is read.
         if CRITIC_ONLY not in batch.keys():
-            self.actor_step(batch)
+            self.actor_step(sample)
         metrics.set("loss_actor", self.last_actor_loss.clone())
         return priority_feedback(metrics, batch, per_sample)
 
     def critic_step(self, batch: TensorDictBase) -> tuple[TensorDictBase, Tensor]:
-        """One step of the critics (see the class docstring).
+        """One step of the critics on :meth:`critic_loss`.
 
         Returns:
             The metrics (``loss_qvalue``, ``q_mean``, ``grad_norm``) and the per-sample losses ``[B]``
             (averaged over critics).
         """
+        loss, per_sample, q_mean = self.critic_loss(batch)
+        opt = self.optimizer(1)
+        self.clear_grads(opt)
+        self.backward_loss(loss)
+        grad_norm = self._clip(self._param_lists()["critic"], loss)
+        opt.step()
+        metrics = TensorDict(
+            {"loss_qvalue": loss.detach(), "q_mean": q_mean.detach(), "grad_norm": grad_norm}, batch_size=[]
+        )
+        return metrics, per_sample.detach()
+
+    def critic_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor, Tensor]:
+        """The critics' loss (see the class docstring), the per-sample losses ``[B]`` (averaged over
+        critics) and the mean predicted quantile."""
         hp = self.hparams
         obs = batch.get("observation").float()
         next_obs = batch.get(("next", "observation")).float()
@@ -247,27 +265,12 @@ class ACIQN(RLModule):
         per_sample = per_critic.sum(0)
         weight = batch.get("priority_weight", None)
         loss = (per_sample * weight.reshape(-1)).mean() if weight is not None else per_sample.mean()
-        opt = self.optimizer(1)
-        self.clear_grads(opt)
-        self.backward_loss(loss)
-        grad_norm = self._clip(self._param_lists()["critic"], loss)
-        opt.step()
-        metrics = TensorDict(
-            {"loss_qvalue": loss.detach(), "q_mean": pred.detach().mean(), "grad_norm": grad_norm},
-            batch_size=[],
-        )
-        return metrics, per_sample.detach() / pred.shape[0]
+        return loss, per_sample / pred.shape[0], pred.mean()
 
     def actor_step(self, batch: TensorDictBase) -> Tensor:
-        """One actor step on the distorted mean of the first critic, then the Polyak target updates."""
+        """One actor step on :meth:`actor_loss`, then the Polyak target updates."""
         hp = self.hparams
-        obs = batch.get("observation").float()
-        tau = distort(
-            torch.rand(obs.shape[0], hp.n_policy_quantiles, device=obs.device), hp.risk, hp.risk_param
-        )
-        # Critic parameters detached: the actor's loss moves only the actor.
-        z = self.quantiles(obs, self.policy(obs), tau, detach=True)[0]  # [B, K]
-        loss = -z.mean()
+        loss = self.actor_loss(batch)
         opt = self.optimizer(0)
         self.clear_grads(opt)
         self.backward_loss(loss)
@@ -278,6 +281,17 @@ class ACIQN(RLModule):
         polyak_update(p["critic_target"], p["critic"], hp.tau)
         self.last_actor_loss.copy_(loss.detach())
         return loss.detach()
+
+    def actor_loss(self, batch: TensorDictBase) -> Tensor:
+        """The actor's loss: minus the distorted mean of the first critic at the policy's actions."""
+        hp = self.hparams
+        obs = batch.get("observation").float()
+        tau = distort(
+            torch.rand(obs.shape[0], hp.n_policy_quantiles, device=obs.device), hp.risk, hp.risk_param
+        )
+        # Critic parameters detached: the actor's loss moves only the actor.
+        z = self.quantiles(obs, self.policy(obs), tau, detach=True)[0]  # [B, K]
+        return -z.mean()
 
     # ------------------------------------------------------------------ helpers
     def _clip(self, params: list[Tensor], loss: Tensor) -> Tensor:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -81,6 +82,7 @@ class DiscreteDistributional(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("per_sample_loss",)}
     online: nn.Module
 
     def __init__(

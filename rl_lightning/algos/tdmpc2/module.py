@@ -33,7 +33,13 @@ from torchrl.data import TensorSpec
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
 from rl_lightning.algos.common import ActionScaler, clip_grad_norm, episode_start, without_grad
-from rl_lightning.algos.tdmpc2.losses import TDMPC2Loss, batch_from_tensordict, model_param_groups
+from rl_lightning.algos.tdmpc2.losses import (
+    ModelLossOutput,
+    TDMPC2Batch,
+    TDMPC2Loss,
+    batch_from_tensordict,
+    model_param_groups,
+)
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
 from rl_lightning.algos.tdmpc2.world_model import MODEL_SIZES, WorldModel, model_size_preset
@@ -108,6 +114,7 @@ class TDMPC2(RLModule):
     """
 
     cuda_graph_safe = ("update", "act")
+    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("world_model_loss", "policy_loss")}
     ddp_find_unused_parameters = True  # the world-model and the policy losses touch disjoint parameters
     legacy_state_keys: ClassVar[dict[str, str]] = {
         "action_scale": "actions.scale",
@@ -278,13 +285,13 @@ class TDMPC2(RLModule):
 
         # Losses in train mode (Q dropout), as in the reference. Its TD targets are computed in eval mode,
         # which is the same here: the target ensemble never uses dropout and the policy has none.
-        out = self.loss_fn.model_loss(self.model, data)
+        out = self.world_model_loss(data)
         self.clear_grads(opt)
         self.backward_loss(out.loss)
         grad_norm = clip_grad_norm(self._model_params, self.hparams.grad_clip)
         opt.step()
 
-        pi_loss, pi_metrics = self.loss_fn.policy_loss(self.model, out.zs.detach())
+        pi_loss, pi_metrics = self.policy_loss(out.zs.detach())
         self.clear_grads(pi_opt)
         self.backward_loss(pi_loss)
         pi_grad_norm = clip_grad_norm(self.model.pi_net.parameters(), self.hparams.grad_clip)
@@ -292,6 +299,14 @@ class TDMPC2(RLModule):
         self.model.soft_update_target_Q()
         metrics = {**out.metrics, **pi_metrics, "grad_norm": grad_norm, "pi_grad_norm": pi_grad_norm}
         return TensorDict({k: v.detach() for k, v in metrics.items()}, batch_size=[])
+
+    def world_model_loss(self, data: TDMPC2Batch) -> ModelLossOutput:
+        """The world model's loss on ``data`` (``TDMPC2Loss.model_loss``)."""
+        return self.loss_fn.model_loss(self.model, data)
+
+    def policy_loss(self, zs: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy prior's loss on the latent states ``zs`` (``TDMPC2Loss.policy_loss``)."""
+        return self.loss_fn.policy_loss(self.model, zs)
 
     # ------------------------------------------------------------------ optimizers
     @property
