@@ -278,6 +278,8 @@ class Trading(Hook):
         hold in a band of 0.25 would stop at 0.75)."""
         import gymnasium as gym
 
+        import rl_lightning.envs  # noqa: F401  (registers the trading ids)
+
         kwargs = {**episode_kwargs(env_kwargs, split), "no_trade_band": 0.0}
         env = gym.make(env_id, **kwargs).unwrapped
         signal, first = crossover_positions(env.prices, *CROSSOVER), env.period(split)[0] - 1
