@@ -12,6 +12,7 @@ outside the compiled code, and each run reports:
 - ``compile_s``: the seconds its updates took beyond the steady per-update time (``sum(t) - n * median``
   of the second half): tracing and code generation wherever they happened, recompilations included (TD3's
   critic-only and full updates);
+- ``first_update_s``: the first update alone (its compilation, in both ways);
 - ``update_ms``: the median update of the second half (warm-up excluded);
 - ``frames``: dynamo's compiled frames, and ``graph_breaks``.
 

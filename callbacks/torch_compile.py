@@ -115,7 +115,6 @@ class TorchCompile(HotPathCallback):
         self.backend = backend
         self.regions = regions
         self.compile_s = 0.0
-        self._selected: tuple[str, ...] = ()
         #: The functions compiled in the current fit: the selected paths, or their compile regions.
         self.compiled_functions: tuple[str, ...] = ()
         self._pending_log = False
@@ -129,10 +128,10 @@ class TorchCompile(HotPathCallback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self._selected = resolve_hot_paths(pl_module, self.paths, "TorchCompile")
+        selected = resolve_hot_paths(pl_module, self.paths, "TorchCompile")
         self.compiled_functions = tuple(
             name
-            for path in self._selected
+            for path in selected
             for name in (
                 resolve_compile_regions(pl_module, path, "TorchCompile") if self.regions else (path,)
             )

@@ -175,7 +175,7 @@ def assert_compiled(ref: Result, other: Result) -> None:
 def assert_compiled_once_each(result: Result) -> None:
     """``update`` was compiled as its compile regions, each traced once: none was traced again after a
     guard failed (TD3's critic-only and full updates share one variant of each loss)."""
-    variants = result.evidence.compiled_variants
+    variants = dict(result.evidence.compiled_variants)
     assert variants.pop("update") == 0 and variants and set(variants.values()) == {1}, variants
 
 
