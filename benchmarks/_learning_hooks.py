@@ -10,8 +10,8 @@ and adds figures to the seed's record (``per_seed``) and to the entry's summary 
   for the whole run), the terminations at the end, every 10th point of the curves;
 - ``hockey``: win, loss and draw rates and the return of the final evaluation, per opponent where the
   experiment evaluates against several (its ``eval.variants``); ``hockey_goals`` also checks them against
-  the goals of the shipped SAC agent (``tdmpc2_hockey_goals``: those of the TD-MPC2 agent), with the final
-  evaluation's own games and pooled over the entry's fresh eval seeds;
+  the goals of the shipped SAC agent (``tdmpc2_hockey_goals``: those of the TD-MPC2 agent) on the final
+  evaluation's test games;
 - ``trading``: the last checkpoint's and ``best.ckpt``'s policies (chosen on the validation year, never on
   the test period) play the test period (2017-01-03 to 2018-08-29) day by day with their deterministic
   ``act_eval``: total return, annualised Sharpe ratio (daily simple returns, mean / std x sqrt(252), no
@@ -40,8 +40,7 @@ class RunRecord:
     summary: dict[str, Any]  # the summary line ``fit`` printed (run_dir, last_ckpt, best_ckpt, best_frames)
     client: Any  # an ``mlflow.MlflowClient`` on the run's store
     run_id: str
-    final: dict[str, float] | None  # the final evaluation's figures (None: the entry makes none)
-    on_seeds: dict[str, dict[str, float]]  # the same evaluation with each of the entry's eval seeds
+    final: dict[str, float] | None  # the final (test) evaluation's figures (None: the entry makes none)
 
     def checkpoint(self, which: str) -> Path:
         return self.workdir / self.summary[f"{which}_ckpt"]
@@ -162,10 +161,6 @@ class HockeyOutcomes(Hook):
         if self.goals:
             out["goals"] = self.goals
             out["goals_met"] = goals_met(out["outcomes"], self.goals)
-            if run.on_seeds:
-                fresh = [outcomes(stats) for stats in run.on_seeds.values()]
-                out["outcomes_on_eval_seeds"] = dict(zip(run.on_seeds, fresh, strict=True))
-                out["goals_met_on_eval_seeds"] = goals_met(mean_of(fresh), self.goals)
         return out
 
     def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,19 +8,22 @@ and evaluates a checkpoint (the last one, or ``best.ckpt``) on new episodes:
   policy; the statistic of the MinAtar paper's curves, a 100-episode moving average);
 - ``train_mean``: the mean return of all training episodes of the run (Dopamine's per-iteration figure:
   "Revisiting Rainbow" plots it per million frames);
-- ``eval_curve`` (``eval/return_mean`` against frames, the run's own evaluations), ``final_eval`` (the
-  entry's checkpoint, greedy, over its ``final_episodes``; ``final_evaluation`` holds every figure that
-  evaluation printed where it printed more than the return: hockey's win/loss/draw per opponent), wall time
-  and frames/s;
-- with a ``threshold``: ``first_reached_at_frames`` (the first evaluation at or above it within ``within``
-  frames), ``best_eval`` and ``last_eval`` (the best and the last evaluation within them), and with
-  ``late_from`` how many of the evaluations from that frame on reach it;
+- ``eval_curve`` (``eval/return_mean`` against frames: the run's own evaluations, on the **validation**
+  episodes that also chose ``best.ckpt``), ``final_eval`` (the entry's checkpoint, greedy, over its
+  ``final_episodes`` held-out **test** episodes, ``evaluate split=test``: the figure to report;
+  ``final_evaluation`` holds every figure that evaluation printed where it printed more than the return:
+  hockey's win/loss/draw per opponent), wall time and frames/s;
+- with a ``threshold`` (validation figures, labelled so): ``first_reached_at_frames`` (the first evaluation
+  at or above it within ``within`` frames), ``best_eval`` and ``last_eval`` (the best and the last
+  evaluation within them), and with ``late_from`` how many of the evaluations from that frame on reach it;
+  ``final_reaches_threshold`` is the test figure's;
 - ``curves``: the history of each further metric the entry names; ``hooks``: evaluations of its own
   (``_learning_hooks.py``: option usage, hockey outcomes, trading against buy-and-hold).
 
-Per entry the seeds are summarised with interval estimates (interquartile mean, mean, median with 95%
-stratified-bootstrap intervals) and set beside each published figure of the same statistic: ``reached``
-when the seeds' mean is at least the published value. A threshold's target is ``needed`` seeds (all by
+Per entry the seeds are summarised with interval estimates (interquartile mean, mean, median, with 95%
+stratified-bootstrap intervals from 5 seeds on; with fewer, the seeds' values) and set beside each
+published figure of the same statistic: ``reached`` when the seeds' mean is at least the published value.
+Every statistic carries the episodes it comes from (``splits``; docs/evaluation.md). A threshold's target is ``needed`` seeds (all by
 default) reaching it: with an evaluation within the frames (``target="reached"``) or with the final
 evaluation (``target="final"``).
 
@@ -79,11 +82,11 @@ class Entry:
     threshold: float | None = None  # an evaluation mean (eval/return_mean) to reach
     within: int | None = None  # ... within this many frames (None: the whole run)
     needed: int | None = None  # seeds that must reach it (None: all of them)
-    target: str = "reached"  # what `needed` counts: reached (an evaluation within) | final (final_eval)
+    target: str = "reached"  # what `needed` counts: reached (a validation evaluation within the frames) |
+    # final (the test evaluation of `checkpoint`) | last (the last checkpoint's, with checkpoint="best")
     late_from: int | None = None  # also count the evaluations from this frame on that reach it
     checkpoint: str = "last"  # the checkpoint of the final evaluation: last | best
-    final_episodes: int | None = None  # its episodes (None: --final-episodes; 0: no final evaluation)
-    eval_seeds: tuple[int, ...] = ()  # the final evaluation again with these eval seeds (games no run saw)
+    final_episodes: int | None = None  # its test episodes (None: --final-episodes; 0: no final evaluation)
     curves: tuple[str, ...] = ()  # metrics whose history is kept beside eval/return_mean
     hooks: tuple[str, ...] = ()  # evaluations of its own (_learning_hooks.HOOKS)
 
@@ -96,11 +99,6 @@ _REVISITING = (
     "Obando-Ceron and Castro 2021, Revisiting Rainbow, MinAtar figures (psc-g.github.io revisiting_rainbow "
     "post, 2021-05-24): mean training return over iteration 0 (frames 0-1M); read from the figure"
 )
-_ZOO_SAC = "Stable-Baselines3 rl-zoo SAC, its tuned Pendulum-v1 recipe (lr 1e-3): about -157 at 20k frames"
-_SB3_DQN = (
-    "Stable-Baselines3 with the zoo's DQN recipe on the same 50k frames: 339, the mean of its last "
-    "evaluations on 3 seeds (sb3_compare.json)"
-)
 #: Hockey's evaluation figures against each scripted opponent.
 HOCKEY_CURVES = tuple(
     f"eval/{o}/{r}" for o in ("weak", "strong") for r in ("win_rate", "loss_rate", "draw_rate", "return_mean")
@@ -108,13 +106,18 @@ HOCKEY_CURVES = tuple(
 _RATES = ("eval/win_rate", "eval/loss_rate", "eval/draw_rate")
 _TRADING = {"final_episodes": 0, "curves": ("eval/validation/return_mean", "eval/test/return_mean"),
             "hooks": ("trading",)}  # fmt: skip
-# Five seeds: the README's learning table (benchmarks/results/control.json), DQN's final policy, trading.
+# Ten seeds where a seed costs under 10 minutes on two CPU cores, five otherwise (docs/evaluation.md).
+_TEN = tuple(range(10))
 _FIVE = (0, 1, 2, 3, 4)
-_CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "final_episodes": 100,
-             "seeds": _FIVE}  # fmt: skip
-_PENDULUM = {"threshold": -200.0, "within": 20_000, "seeds": _FIVE}
-_DQN_LAST = {"seeds": _FIVE, "threshold": 475.0, "needed": 4, "target": "final",
-             "late_from": 25_000, "published": (Published("last_eval", 339.0, _SB3_DQN),)}  # fmt: skip
+# The final evaluations: 100 held-out test episodes of the entry's checkpoint (best.ckpt, chosen on the
+# validation episodes, is shown with the last checkpoint beside it); the target counts them.
+_TEST = {"final_episodes": 100, "target": "final"}
+_CARTPOLE = {"threshold": 475.0, "within": 50_000, "checkpoint": "best", "seeds": _TEN, **_TEST}
+_PENDULUM = {"threshold": -200.0, "within": 20_000, "seeds": _TEN, **_TEST}
+# DQN's final policy: which setting makes the last checkpoint hold on CartPole (its greedy policy a Polyak
+# average of the online network, the recipe; none; a larger final epsilon), counted on the last checkpoint.
+_DQN_LAST = {"seeds": _TEN, "threshold": 475.0, "within": 50_000, "checkpoint": "best",
+             "final_episodes": 100, "target": "last", "late_from": 25_000}  # fmt: skip
 
 SUITES: dict[str, list[Entry]] = {
     "minatar": [
@@ -130,28 +133,27 @@ SUITES: dict[str, list[Entry]] = {
     # CartPole and Pendulum, 3 seeds each unless said: the first evaluation at the threshold within the
     # budget, the best or last checkpoint over 100 new episodes.
     "control": [
-        Entry("dqn_cartpole", "dqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
-        # The policy a run ends with, 5 seeds: the recipe (its greedy policy a Polyak average of the online
-        # network) and the same without the average.
-        Entry("dqn_cartpole_last", "dqn_cartpole", ("device=cpu",), **_DQN_LAST),
-        Entry("dqn_cartpole_last_no_average", "dqn_cartpole", ("device=cpu", "algo.eval_polyak=null"),
+        Entry("dqn_cartpole", "dqn_cartpole", ("eval.every_frames=2500",), **_DQN_LAST),
+        Entry("dqn_cartpole_no_average", "dqn_cartpole", ("eval.every_frames=2500", "algo.eval_polyak=null"),
               **_DQN_LAST),
+        Entry("dqn_cartpole_eps_end_0.1", "dqn_cartpole",
+              ("eval.every_frames=2500", "algo.eval_polyak=null", "algo.eps_end=0.1"), **_DQN_LAST),
         Entry("qrdqn_cartpole", "qrdqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
-        Entry("iqn_cartpole", "iqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
         Entry("rainbow_cartpole", "rainbow_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
-        Entry("sac_discrete_cartpole", "sac_discrete_cartpole", threshold=475.0, within=100_000, needed=2),
-        Entry("sac_pendulum", "sac_pendulum", published=(Published("last_eval", -157.0, _ZOO_SAC),),
-              **_PENDULUM),
+        Entry("iqn_cartpole", "iqn_cartpole", ("eval.every_frames=2500",), **_CARTPOLE),
+        Entry("sac_pendulum", "sac_pendulum", **_PENDULUM),
         Entry("td3_pendulum", "td3_pendulum", **_PENDULUM),
         Entry("ddpg_pendulum", "ddpg_pendulum", **_PENDULUM),
         Entry("aciqn_pendulum", "aciqn_pendulum", ("eval.every_frames=2000",), checkpoint="best",
-              final_episodes=20, **_PENDULUM),
-        Entry("sac_options_pendulum", "sac_options_pendulum", threshold=-250.0, within=30_000,
-              hooks=("options",)),
-        # 5k frames, as the committed figure ran (the criterion: -200 within the recipe's 15k, 2 of 3
-        # seeds); no final evaluation (100 planned episodes take longer than the run).
-        Entry("tdmpc2_pendulum", "tdmpc2_pendulum", frames=5_000, threshold=-200.0, within=15_000, needed=2,
-              final_episodes=0, curves=("train/episode_return",)),
+              **{**_PENDULUM, "seeds": _FIVE}),
+        Entry("sac_options_pendulum", "sac_options_pendulum", threshold=-250.0, within=30_000, seeds=_FIVE,
+              hooks=("options",), **_TEST),
+        Entry("sac_discrete_cartpole", "sac_discrete_cartpole", threshold=475.0, within=100_000, seeds=_FIVE,
+              **_TEST),
+        # 5k frames, as the committed figure ran (the criterion: -200 within the recipe's 15k); no final
+        # evaluation (100 planned episodes take longer than the run): validation figures alone.
+        Entry("tdmpc2_pendulum", "tdmpc2_pendulum", frames=5_000, threshold=-200.0, within=15_000,
+              seeds=_FIVE, final_episodes=0, curves=("train/episode_return",)),
     ],
     # Laser hockey against the scripted opponents: win, loss and draw rates of the final checkpoints.
     "hockey": [
@@ -166,15 +168,13 @@ SUITES: dict[str, list[Entry]] = {
         # TD-MPC2 on a CPU, one seed (1.7 hours on two cores): its own evaluations, 10 games per opponent.
         Entry("tdmpc2_hockey_cpu", "tdmpc2_hockey_cpu", frames=100_000, seeds=(0,), final_episodes=0,
               curves=(*HOCKEY_CURVES, "train/episode_return")),
-        # The agent that wins (benchmarks/agents/hockey_sac.ckpt came from this recipe): 200 games against
-        # each opponent with the run's eval seed and two fresh ones, against the goals.
+        # The agent that wins (benchmarks/agents/hockey_sac.ckpt came from this recipe): 200 test games
+        # against each opponent, against the goals.
         Entry("sac_hockey_curriculum", "sac_hockey_curriculum", seeds=(0,), final_episodes=200,
-              eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
-              hooks=("hockey_goals",)),
+              curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"), hooks=("hockey_goals",)),
         # TD-MPC2 through the same curriculum, collecting with its policy prior: the same 200-game goals.
         Entry("tdmpc2_hockey_curriculum", "tdmpc2_hockey_curriculum", seeds=(0,), final_episodes=200,
-              eval_seeds=(20_000, 30_000), curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"),
-              hooks=("tdmpc2_hockey_goals",)),
+              curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"), hooks=("tdmpc2_hockey_goals",)),
     ],
     # SAC with options on GOOGL (5 seeds) and EUR/USD hourly (3 seeds, 1 bp: about the pair's spread): the
     # held-out period against buy-and-hold and a moving-average crossover.
@@ -270,14 +270,14 @@ def run_seed(entry: Entry, seed: int, args: argparse.Namespace) -> dict[str, Any
     run_id = (workdir / summary["run_dir"] / "mlflow_run_id").read_text().strip()
     curve = history(client, run_id, "eval/return_mean")
     episodes = args.final_episodes if entry.final_episodes is None else entry.final_episodes
-    final = on_seeds = None
+    final = None
     if episodes:
         ckpt = summary.get(f"{entry.checkpoint}_ckpt")
         if ckpt is None:
             raise RuntimeError(f"{entry.name} seed {seed}: no {entry.checkpoint}.ckpt was written; see {log}")
-        final = evaluate(workdir, log, ckpt, episodes)
-        on_seeds = {str(s): evaluate(workdir, log, ckpt, episodes, f"eval_seed={s}")
-                    for s in entry.eval_seeds}  # fmt: skip
+        final = evaluate(workdir, log, ckpt, episodes, "split=test")
+        if entry.checkpoint == "best":  # the policy the run ended with, on the same test episodes
+            last = evaluate(workdir, log, summary["last_ckpt"], episodes, "split=test")
     record: dict[str, Any] = {
         "seed": seed,
         "frames": summary["frames"],
@@ -289,43 +289,58 @@ def run_seed(entry: Entry, seed: int, args: argparse.Namespace) -> dict[str, Any
         **training_statistics(episode_returns(client, run_id)),
     }
     if final is not None:
-        record.update(final_eval=final["return_mean"], final_eval_episodes=episodes)
+        record.update(final_eval=final["return_mean"], final_eval_episodes=episodes, final_eval_split="test")
         if entry.checkpoint != "last":
-            record["final_eval_checkpoint"] = entry.checkpoint
+            record.update(final_eval_checkpoint=entry.checkpoint, final_eval_last=last["return_mean"])
         if set(final) - {"return_mean", "return_std", "length_mean"}:
             record["final_evaluation"] = final
-        if on_seeds:
-            record["final_evaluation_on_eval_seeds"] = on_seeds
     if entry.threshold is not None:
         record.update(threshold_statistics(entry, curve, record.get("final_eval")))
     record["eval_curve"] = curve
     if entry.curves:
         record["curves"] = {key: history(client, run_id, key) for key in entry.curves}
-    run = RunRecord(workdir, summary, client, run_id, final, on_seeds or {})
+    run = RunRecord(workdir, summary, client, run_id, final)
     for hook in entry.hooks:
         record.update(HOOKS[hook].per_seed(run))
     return record
 
 
+#: The episodes each statistic comes from (docs/evaluation.md): training episodes (the exploring policy),
+#: validation (the in-training evaluations, which chose best.ckpt) or test (held-out).
+SPLITS = {"train_last100": "training", "train_mean": "training", "best_eval": "validation",
+          "last_eval": "validation", "final_eval": "test", "final_eval_last": "test"}  # fmt: skip
+
+
 def threshold_summary(entry: Entry, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """How many seeds reached the threshold (within the frames, and with the final evaluation) and whether
-    the entry's target is met."""
+    """How many seeds reached the threshold (with an in-training evaluation within the frames, on the
+    validation episodes, and with the final evaluation, on the test episodes) and whether the entry's target
+    is met."""
     first = [r["first_reached_at_frames"] for r in runs]
     out: dict[str, Any] = {
         "value": entry.threshold,
         "within_frames": entry.within,
         "first_reached_at_frames": first,
         "seeds_reaching": sum(f is not None for f in first),
+        "seeds_reaching_split": "validation",
     }
     if all("final_reaches_threshold" in r for r in runs):
         out["finals_reaching"] = sum(r["final_reaches_threshold"] for r in runs)
+        out["finals_reaching_split"] = "test"
+    if all("final_eval_last" in r for r in runs):
+        out["last_checkpoints_reaching"] = sum(r["final_eval_last"] >= entry.threshold for r in runs)
     if entry.late_from is not None:
         late = np.array([r["late_evals_reaching"] for r in runs]).sum(0)
         out["late_evals_reaching"] = f"{late[0]}/{late[1]} from {entry.late_from} frames"
     reached = entry.target == "reached"
-    count = out["seeds_reaching"] if reached else out.get("finals_reaching", 0)
+    counts = {"reached": out["seeds_reaching"], "final": out.get("finals_reaching", 0),
+              "last": out.get("last_checkpoints_reaching", 0)}  # fmt: skip
+    count = counts[entry.target]
     out["needed"] = entry.needed if entry.needed is not None else len(runs)
-    out["counted_by"] = "an evaluation within the frames" if reached else "the final evaluation"
+    out["counted_by"] = {
+        "reached": "an in-training evaluation within the frames (validation episodes)",
+        "final": f"the final evaluation of the {entry.checkpoint} checkpoint (test episodes)",
+        "last": "the final evaluation of the last checkpoint (test episodes)",
+    }[entry.target]
     out["target_met"] = count >= out["needed"]
     return out
 
@@ -334,9 +349,8 @@ def summarise(entry: Entry, seeds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Interval estimates per statistic over the seeds, the threshold's target, each published figure beside
     ours, and what the entry's hooks sum up."""
     runs = list(seeds.values())
-    stats = [s for s in ("train_last100", "train_mean", "final_eval", "best_eval", "last_eval")
-             if all(r.get(s) is not None for r in runs)]  # fmt: skip
-    out: dict[str, Any] = {"seeds": len(runs)}
+    stats = [s for s in SPLITS if all(r.get(s) is not None for r in runs)]
+    out: dict[str, Any] = {"seeds": len(runs), "splits": {s: SPLITS[s] for s in stats}}
     for stat in stats:
         out[stat] = interval_estimates(np.array([[r[stat]] for r in runs]))
     if entry.threshold is not None:
@@ -385,35 +399,48 @@ def _frames(n: float) -> str:
     return f"{n / 1000:.3g}k"
 
 
-def _estimate(est: dict[str, dict[str, float]]) -> str:
+def _estimate(est: dict[str, dict[str, Any]], values: list[float]) -> str:
+    """The IQM with its 95% interval, or with fewer than 5 seeds the seeds' values (no interval)."""
     iqm = est["iqm"]
+    if iqm["low"] is None:
+        return "per seed: " + ", ".join(f"{v:.0f}" for v in values)
     return f"{iqm['value']:.0f} [{iqm['low']:.0f}, {iqm['high']:.0f}]"
 
 
-def markdown_table(results: dict[str, Any]) -> str:
-    """The learning claims of a suite's results as a markdown table, one row per entry with a threshold:
-    the seeds that reached it and when, and the final evaluation as the interquartile mean over the seeds
-    with its 95% stratified-bootstrap interval (the README's table is this text, checked by a test)."""
+def markdown_table(results: dict[str, Any], entries: list[str] | None = None) -> str:
+    """The learning claims of a suite's results as a markdown table, one row per entry with a threshold
+    (``entries``: those, in that order): the test figures first (how many seeds' final policies reach the
+    threshold on held-out episodes and their interquartile mean with its 95% stratified-bootstrap interval;
+    an entry that chose ``best.ckpt`` also shows the last checkpoint), then what the in-training evaluations
+    on the validation episodes saw. The README's and the docs' tables are this text (``docs/gen_tables.py``,
+    checked by a test)."""
     rows = [
-        "| experiment | goal | seeds reaching it | first reached at (median) "
-        "| final evaluation: IQM [95% CI] | last evaluation in training: IQM [95% CI] |",
+        "| experiment | goal | test: seeds reaching it | test: final evaluation, IQM [95% CI] "
+        "| validation: seeds reaching it in training | validation: first reached at (median) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for data in results["entries"].values():
+    names = entries if entries is not None else list(results["entries"])
+    for name in names:
+        data = results["entries"][name]
         summary = data["summary"]
         if "threshold" not in summary:
             continue
         thr, runs = summary["threshold"], list(data["seeds"].values())
         first = [f for f in thr["first_reached_at_frames"] if f is not None]
         when = _frames(float(np.median(first))) if first else "–"
-        final = "–"
+        final = reaching = "–"
         if "final_eval" in summary:
             ckpt, episodes = runs[0].get("final_eval_checkpoint", "last"), runs[0]["final_eval_episodes"]
-            final = f"{_estimate(summary['final_eval'])} ({ckpt} checkpoint, {episodes} episodes)"
+            values = [r["final_eval"] for r in runs]
+            final = f"{_estimate(summary['final_eval'], values)} ({ckpt} checkpoint, {episodes} episodes)"
+            reaching = f"{thr['finals_reaching']} of {summary['seeds']}"
+            if "final_eval_last" in summary:
+                last = [r["final_eval_last"] for r in runs]
+                final += f"; last checkpoint: {_estimate(summary['final_eval_last'], last)}"
+                reaching += f" (last checkpoint: {thr['last_checkpoints_reaching']})"
         rows.append(
             f"| `{data['experiment']}` | {thr['value']:g} within {_frames(thr['within_frames'])} frames "
-            f"| {thr['seeds_reaching']} of {summary['seeds']} "
-            f"| {when} | {final} | {_estimate(summary['last_eval'])} |"
+            f"| {reaching} | {final} | {thr['seeds_reaching']} of {summary['seeds']} | {when} |"
         )
     return "\n".join(rows)
 

@@ -4,7 +4,8 @@ Runs as an mkdocs hook before each build, or by hand: ``python docs/gen_plots.py
 ``benchmarks/results/`` that holds curves (see ``rl_lightning.cli.plot``) becomes one image, drawn by the
 same code as ``python -m rl_lightning plot``. Under each image, the figures of
 ``python -m rl_lightning report`` on the same curves: per curve, the interquartile mean over the seeds of
-the last and of the best evaluation, with 95% stratified-bootstrap intervals.
+the last and of the best evaluation (validation episodes), with 95% stratified-bootstrap intervals from 5
+seeds on, the seeds' values with fewer.
 
 An image newer than its result file and than the drawing code is kept, as ``make`` keeps a target:
 drawing all of them took about 20 of a build's 26 s, and ``mkdocs serve`` builds again after each edit.
@@ -45,7 +46,10 @@ def interval_rows(curves: dict) -> list[str]:
         cells = []
         for values in seed_figures(runs).values():
             iqm = interval_estimates(np.array(values)[:, None])["iqm"]
-            cells.append(f"{iqm['value']:.3g} [{iqm['low']:.3g}, {iqm['high']:.3g}]")
+            if iqm["low"] is None:  # too few seeds for an interval: their values
+                cells.append("per seed: " + ", ".join(f"{v:.3g}" for v in values))
+            else:
+                cells.append(f"{iqm['value']:.3g} [{iqm['low']:.3g}, {iqm['high']:.3g}]")
         rows.append(f"| {name} | {len(runs)} | {cells[0]} | {cells[1]} |")
     return rows
 
@@ -66,9 +70,12 @@ def write() -> Path:
         "python -m rl_lightning plot plot.inputs=[mlflow:dqn_cartpole] plot.metric=eval/return_mean",
         "```",
         "",
-        "Under each figure, what `python -m rl_lightning report` gives for the same curves: the",
-        "interquartile mean over the seeds of each curve's last and best value, with 95%",
-        "stratified-bootstrap intervals (a single seed's interval is its value).",
+        "The curves are in-training evaluations, on the validation episodes that also chose each run's",
+        "`best.ckpt` ([the evaluation protocol](evaluation.md)): a run's reported figures are its test",
+        "evaluations, in the tables of the pages that cite each result. Under each figure, what",
+        "`python -m rl_lightning report` gives for the same curves: the interquartile mean over the seeds",
+        "of each curve's last and best value, with 95% stratified-bootstrap intervals from 5 seeds on (the",
+        "seeds' values with fewer).",
         "",
     ]
     for path in sorted(RESULTS.glob("*.json")):

@@ -1,4 +1,5 @@
-"""The docs site builds, shows the configuration reference as written, and ships no build scripts."""
+"""The docs site builds, shows the configuration reference as written, ships no build scripts, and every
+rendered table of figures is what its results JSON gives."""
 
 from __future__ import annotations
 
@@ -15,6 +16,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
 
 import gen_config_reference  # noqa: E402
+import gen_tables  # noqa: E402
+
+
+def test_every_rendered_table_is_its_results() -> None:
+    """README.md's and docs/'s tables of figures are what ``python docs/gen_tables.py`` renders from the
+    results they name: a figure typed by hand, or a result that moved on, fails here."""
+    assert gen_tables.drift() == []
+
+
+def test_a_table_that_differs_from_its_results_is_named(tmp_path: Path, monkeypatch) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("x\n<!-- table: hockey_agent hockey_agent -->\n| made up |\n<!-- /table -->\ny\n")
+    monkeypatch.setattr(gen_tables, "PAGES", (page,))
+    monkeypatch.setattr(gen_tables, "ROOT", tmp_path)
+    assert gen_tables.drift() == ["page.md: hockey_agent hockey_agent"]
+    page.write_text(gen_tables.render(page.read_text()))
+    assert gen_tables.drift() == [] and "| acting | opponent | test games |" in page.read_text()
 
 
 def test_reference_escapes_placeholders_in_comments() -> None:

@@ -9,22 +9,44 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.process import apply_process_settings
-from rl_lightning.cli.run import container, env_config, make_logger, restore_module
+from rl_lightning.cli.run import container, env_config, make_logger, restore_module, seed_sets
 from rl_lightning.device import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
 from rl_lightning.training.loggers import is_mlflow
+from rl_lightning.training.protocol import SPLITS, check_disjoint
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 from rl_lightning.training.video import check_video_format, record_video
 
-__all__ = ["evaluate"]
+__all__ = ["episodes_to_play", "evaluate"]
+
+
+def episodes_to_play(cfg: DictConfig, saved: DictConfig) -> tuple[str, int, int]:
+    """``(label, episodes, seed)`` of the evaluation ``cfg`` asks for on the run ``saved``.
+
+    ``split=test`` (the default) plays ``eval.test_episodes`` held-out episodes from ``eval.test_seed``,
+    refused when those seeds meet the run's training or validation seeds; ``split=validation`` replays the
+    run's own evaluation (its ``eval.episodes`` from its ``eval.seed``: the score that made ``best.ckpt``
+    best). ``episodes=N`` changes the count; ``eval_seed=S`` plays other episodes, labelled ``seed S``.
+    """
+    if cfg.split not in SPLITS:
+        raise ValueError(f"split={cfg.split}: choose one of {', '.join(SPLITS)}.")
+    test = cfg.split == "test"
+    default = cfg.eval.test_episodes if test else saved.eval.episodes
+    episodes = int(cfg.episodes if cfg.episodes is not None else default)
+    if cfg.eval_seed is not None:
+        return f"seed {int(cfg.eval_seed)}", episodes, int(cfg.eval_seed)
+    if not test:
+        return "validation", episodes, int(saved.eval.seed)
+    seed = int(cfg.eval.test_seed)
+    check_disjoint(seed_sets(saved, seed, episodes))
+    return "test", episodes, seed
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Reloads ``cfg.ckpt`` safely and evaluates its deterministic policy.
 
-    By default it plays the run's own evaluation (its ``eval.episodes`` with its ``eval.seed``, on its
-    eval envs and variants), so ``evaluate`` of ``best.ckpt`` reproduces the score that made it best;
-    ``episodes=N`` and ``eval_seed=S`` play others. ``video=true`` also writes a video of
+    By default on held-out test episodes (:func:`episodes_to_play`; docs/evaluation.md), the figure to
+    report; ``split=validation`` reproduces the run's own evaluation, on its eval envs and variants. ``video=true`` also writes a video of
     ``eval.video.episodes`` episodes beside the checkpoint (and logs it as an MLflow artifact).
     ``plan=true|false`` evaluates a TD-MPC2 checkpoint with or without the planner, whichever its run used
     (``algo.mpc`` only chooses how the module acts: the weights are the same).
@@ -45,10 +67,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     env_cfg = env_config(saved)
     module = restore_module(ckpt, saved, env_cfg)
     module.to(resolve_device(cfg.device))
-    episodes = int(cfg.episodes if cfg.episodes is not None else saved.eval.episodes)
-    seed = int(cfg.eval_seed if cfg.eval_seed is not None else saved.eval.seed)
+    label, episodes, seed = episodes_to_play(cfg, saved)
     stats = evaluate_variants(module, env_cfg, episodes, seed, container(saved.eval.variants))
-    line = f"{episodes} episodes (seed {seed}): return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
+    line = f"{label}: {episodes} episodes (eval seed {seed}): return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
     if "win_rate" in stats:
         line += ", win/loss/draw " + "/".join(
             f"{stats[k]:.2f}" for k in ("win_rate", "loss_rate", "draw_rate")
@@ -69,6 +90,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 "ckpt": str(Path(cfg.ckpt).resolve()),
                 "episodes": episodes,
                 "eval_seed": seed,
+                "split": label,
                 "run": saved.name,
                 **({"plan": bool(cfg.plan)} if cfg.get("plan") is not None else {}),
             }

@@ -63,7 +63,7 @@ def curves_from_json(path: str | Path) -> dict[str, list[Curve]]:
     out: dict[str, list[Curve]] = defaultdict(list)
     for keys, points in _walk(data):
         seed = next((k[1:-1] for k in keys if k.startswith("[")), None)
-        name = "/".join(k for k in keys if not k.startswith("[") and k not in ("seeds", "curves"))
+        name = "/".join(k for k in keys if not k.startswith("[") and k not in ("entries", "seeds", "curves"))
         array = np.asarray(points, dtype=float)
         out[name].append((f"seed {seed}" if seed is not None else name, array[:, 0], array[:, 1]))
     return dict(out)

@@ -20,7 +20,7 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.cli.config import CliError
 from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.validate import check_config
-from rl_lightning.data.datamodule import CollectConfig, RLDataModule
+from rl_lightning.data.datamodule import RANK_SEED_STRIDE, CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig, make_env
@@ -30,6 +30,7 @@ from rl_lightning.training.feedback import UpdateFeedback
 from rl_lightning.training.interrupt import StopOnInterrupt
 from rl_lightning.training.loggers import build_logger
 from rl_lightning.training.progress import FramesProgressBar
+from rl_lightning.training.protocol import SeedSets, check_disjoint, eval_envs
 from rl_lightning.training.safe_load import check_replay_dir, load_checkpoint
 from rl_lightning.training.video import check_video_format
 
@@ -37,7 +38,7 @@ from rl_lightning.training.video import check_video_format
 RUN_DIR_ENV = "RL_LIGHTNING_RUN_DIR"
 
 __all__ = [
-    "RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger",
+    "RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger", "seed_sets",
     "tracking_uri",
 ]  # fmt: skip
 
@@ -49,6 +50,28 @@ def container(node: Any) -> Any:
 
 def env_config(cfg: DictConfig) -> EnvConfig:
     return EnvConfig.from_mapping(container(cfg.env))
+
+
+def seed_sets(run: DictConfig, test_seed: int, test_episodes: int, ranks: int | None = None) -> SeedSets:
+    """The seeds of ``run``'s training envs and validation episodes, and of ``test_episodes`` test episodes
+    from ``test_seed`` (:mod:`rl_lightning.training.protocol`). ``ranks``: the run's processes (default:
+    its ``trainer.devices`` times ``trainer.num_nodes`` where those are numbers)."""
+    env = env_config(run)
+    if ranks is None:  # a stored config of an older version may lack a key: the defaults then
+        devices, nodes = OmegaConf.select(run, "trainer.devices", default=1), OmegaConf.select(
+            run, "trainer.num_nodes", default=1
+        )
+        ranks = devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else 1
+    return SeedSets.of_run(
+        seed=int(run.seed),
+        total_frames=int(run.total_frames),
+        train_envs=env.num_envs * max(1, int(OmegaConf.select(run, "collect.workers", default=0))),
+        ranks=max(1, ranks),
+        rank_stride=RANK_SEED_STRIDE,
+        validation_seed=int(run.eval.seed),
+        test_seed=test_seed,
+        eval_envs=eval_envs(env.eval_num_envs, max(int(run.eval.episodes), test_episodes)),
+    )
 
 
 def build_module(cfg: DictConfig, env_cfg: EnvConfig) -> RLModule:
@@ -312,6 +335,10 @@ def build_run(cfg: DictConfig, claim_run_dir: bool = False) -> Run:
 
 
 def _build(cfg: DictConfig, run_dir: Path, ckpt: str | None, created: bool) -> Run:
+    try:  # a run never chooses its checkpoint on the episodes its figures are reported on
+        check_disjoint(seed_sets(cfg, int(cfg.eval.test_seed), int(cfg.eval.test_episodes)))
+    except ValueError as err:
+        raise CliError(str(err)) from None
     env_cfg = env_config(cfg)
     device = resolve_device(cfg.device)
     module = build_module(cfg, env_cfg)

@@ -34,6 +34,7 @@ ROOT_TYPES: dict[str, Any] = {
     "flush_denormal": bool,
     "progress_bar": bool,
     "log_every_n_updates": int,
+    "split": str,
     "episodes": int | None,
     "eval_seed": int | None,
     "cpu_variant": str | None,

@@ -37,10 +37,12 @@ from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig
 
-__all__ = ["MAX_UPDATES_PER_BATCH", "CollectConfig", "ExperienceStream", "RLDataModule", "UpdateRound"]
+__all__ = [
+    "MAX_UPDATES_PER_BATCH", "RANK_SEED_STRIDE", "CollectConfig", "ExperienceStream", "RLDataModule", "UpdateRound",
+]  # fmt: skip
 
 #: Seed offset between ranks (their envs and exploration noise); larger than any frame count of a run.
-_RANK_SEED_STRIDE = 1_000_003
+RANK_SEED_STRIDE = 1_000_003
 
 
 class RLDataModule(L.LightningDataModule):
@@ -148,7 +150,7 @@ class RLDataModule(L.LightningDataModule):
         self.budget.world_size = self.world_size
         if self.world_size > 1:
             # The module is the same on every rank (DDP broadcasts it); exploration must not be.
-            seed = self.seed + _RANK_SEED_STRIDE * self.rank
+            seed = self.seed + RANK_SEED_STRIDE * self.rank
             torch.manual_seed(seed)
             np.random.seed(seed % 2**32)
             random.seed(seed)
@@ -216,7 +218,7 @@ class RLDataModule(L.LightningDataModule):
         self.collection = start_collection(
             self.env_cfg, self.module, self.collect, self.copies,
             # A resumed run continues the seed sequence instead of replaying its first episodes.
-            seed=self.seed + _RANK_SEED_STRIDE * self.rank + self.frames,
+            seed=self.seed + RANK_SEED_STRIDE * self.rank + self.frames,
             random_frames=self.budget.random_frames_left(self.collect.frames_per_batch),
             track_traj_ids=slices, next_traj_id=self._next_traj_id() if slices else 0,
             remaining_frames=max(0, self.collect.total_frames - self.frames), env_calls=self._env_calls,

@@ -8,6 +8,11 @@ improvement of one configuration over another (the Mann-Whitney statistic, avera
 over games get Wilson score intervals, which stay inside [0, 1] and are not too narrow for few games.
 
 Scores are arrays ``[runs, tasks]`` (one column for one task). Plain numpy, deterministic for a seed.
+
+An interval needs runs: with 3 runs the IQM is the plain mean, and a percentile bootstrap returns exactly
+the range of the runs, which is not a 95% interval of anything. Below :data:`MIN_RUNS_FOR_INTERVAL` runs
+:func:`interval_estimates` gives the point estimates alone and a report shows the per-run values. The
+intervals agree with ``rliable``'s on the same score matrices (``tests/cli/test_report.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
-    "AGGREGATES", "interval_estimates", "iqm", "probability_of_improvement", "stratified_bootstrap", "wilson",
+    "AGGREGATES", "MIN_RUNS_FOR_INTERVAL", "interval_estimates", "iqm", "probability_of_improvement", "stratified_bootstrap", "wilson",
 ]  # fmt: skip
 
 
@@ -41,8 +46,14 @@ def iqm(scores: np.ndarray) -> float:
 AGGREGATES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "iqm": _iqm,
     "mean": lambda sets: sets.mean(axis=1),
+    # The median of all runs' scores; rliable's ``aggregate_median`` is the median over tasks of each task's
+    # mean score (on one task, the mean).
     "median": lambda sets: np.median(sets, axis=1),
 }
+
+
+#: The fewest runs (per task) an interval is given for; with fewer, the runs' own values say more.
+MIN_RUNS_FOR_INTERVAL = 5
 
 
 def _runs_by_tasks(scores: np.ndarray) -> np.ndarray:
@@ -62,15 +73,19 @@ def interval_estimates(
     scores: np.ndarray, reps: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> dict[str, dict[str, float]]:
     """``{aggregate: {"value", "low", "high"}}``: each of :data:`AGGREGATES` on ``scores`` and its
-    percentile interval over a stratified bootstrap."""
+    percentile interval over a stratified bootstrap; ``low`` and ``high`` are ``None`` with fewer than
+    :data:`MIN_RUNS_FOR_INTERVAL` runs."""
     scores = _runs_by_tasks(scores)
-    samples = stratified_bootstrap(scores, reps, seed).reshape(reps, -1)
+    enough = len(scores) >= MIN_RUNS_FOR_INTERVAL
+    samples = stratified_bootstrap(scores, reps, seed).reshape(reps, -1) if enough else None
     tail = (1 - confidence) / 2 * 100
     out = {}
     for name, aggregate in AGGREGATES.items():
-        low, high = np.percentile(aggregate(samples), [tail, 100 - tail])
         value = float(aggregate(scores.reshape(1, -1))[0])
-        out[name] = {"value": value, "low": float(low), "high": float(high)}
+        low = high = None
+        if samples is not None:
+            low, high = (float(v) for v in np.percentile(aggregate(samples), [tail, 100 - tail]))
+        out[name] = {"value": value, "low": low, "high": high}
     return out
 
 

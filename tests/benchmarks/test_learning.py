@@ -80,34 +80,36 @@ def test_a_summary_checks_the_entrys_target_and_sets_published_figures_beside_it
     assert not learning.summarise(on_finals, seeds)["threshold"]["target_met"]
 
 
-def test_the_learning_table_shows_each_thresholds_seeds_and_interquartile_means(learning) -> None:
-    points = ((10240, 500.0), (None, 300.0), (30720, 480.0), (20480, 500.0))
-    seeds = {str(s): run(s, f, v, final_eval_checkpoint="best", final_eval_episodes=100)
-             for s, (f, v) in enumerate(points)}  # fmt: skip
-    entry = learning.Entry("e", "x", threshold=475.0, within=50_000)
+def test_the_learning_table_shows_test_figures_first_and_intervals_from_five_seeds(learning) -> None:
+    points = ((10240, 500.0, 480.0), (None, 300.0, 300.0), (30720, 480.0, 100.0), (20480, 500.0, 500.0))
+    seeds = {str(s): run(s, f, v, final_eval_checkpoint="best", final_eval_episodes=100, final_eval_last=last)
+             for s, (f, v, last) in enumerate(points)}  # fmt: skip
+    entry = learning.Entry("e", "x", threshold=475.0, within=50_000, checkpoint="best", target="final")
     summary = learning.summarise(entry, seeds)
+    assert summary["splits"]["final_eval"] == "test" and summary["splits"]["last_eval"] == "validation"
     other = {"experiment": "y", "seeds": {}, "summary": {"seeds": 0}}  # no threshold: no row
     results = {"entries": {"e": {"experiment": "x", "seeds": seeds, "summary": summary}, "other": other}}
     header, rule, row = learning.markdown_table(results).splitlines()
-    # IQM of 4 values: the mean of the middle two (480, 500); the median of 10240, 20480, 30720 frames.
-    assert row.startswith("| `x` | 475 within 50k frames | 3 of 4 | 20.5k | 490 [")
-    assert "(best checkpoint, 100 episodes)" in row and header.count("|") == rule.count("|") == row.count("|")
-
-
-def test_the_readmes_learning_table_is_the_control_suites_results(learning) -> None:
-    """The README's claims are the committed results, as ``learning.py control --table`` prints them."""
-    readme = (BENCHMARKS.parent / "README.md").read_text()
-    start, end = "<!-- learning-table: control -->\n", "\n<!-- /learning-table -->"
-    table = readme[readme.index(start) + len(start) : readme.index(end)]
-    results = json.loads((BENCHMARKS / "results" / "control.json").read_text())
-    assert table == learning.markdown_table(results)
+    assert header.startswith("| experiment | goal | test: seeds reaching it | test: final evaluation")
+    # Four seeds: no interval, the seeds' values; test: 3 best checkpoints and 2 last ones reach 475;
+    # validation: 3 seeds reached it, the median of 10240, 20480, 30720 frames.
+    assert row == (
+        "| `x` | 475 within 50k frames | 3 of 4 (last checkpoint: 2) | per seed: 500, 300, 480, 500 (best "
+        "checkpoint, 100 episodes); last checkpoint: per seed: 480, 300, 100, 500 | 3 of 4 | 20.5k |"
+    )
+    assert header.count("|") == rule.count("|") == row.count("|")
+    seeds["4"] = run(4, 5000, 490.0, final_eval_checkpoint="best", final_eval_episodes=100, final_eval_last=490.0)
+    results["entries"]["e"]["summary"] = learning.summarise(entry, seeds)
+    row = learning.markdown_table(results).splitlines()[2]
+    # Five seeds: the interquartile mean (of 480, 490, 500) with its interval.
+    assert "| 4 of 5 (last checkpoint: 3) | 490 [" in row
 
 
 def test_every_suite_entry_is_well_formed(learning) -> None:
     names = [e.name for entries in learning.SUITES.values() for e in entries]
     assert len(names) == len(set(names))  # a name is the entry's work directory and its key in the results
     for entry in (e for entries in learning.SUITES.values() for e in entries):
-        assert entry.checkpoint in ("last", "best") and entry.target in ("reached", "final")
+        assert entry.checkpoint in ("last", "best") and entry.target in ("reached", "final", "last")
         assert set(entry.hooks) <= set(learning.HOOKS)
         assert entry.threshold is not None or (entry.within, entry.needed, entry.late_from) == (None,) * 3
         for p in entry.published:

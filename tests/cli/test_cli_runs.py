@@ -180,7 +180,7 @@ def test_evaluate_reloads_a_checkpoint_prints_and_logs(tmp_path: Path):
         f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "3 episodes (seed 10000): return" in proc.stdout
+    assert "test: 3 episodes (eval seed 1000000000): return" in proc.stdout  # held-out episodes
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     # CartPole pays 1 per step: the mean return is the mean length, and a printed std matches the JSON's.
     assert stats["return_mean"] == pytest.approx(stats["length_mean"])

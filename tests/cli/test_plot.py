@@ -42,8 +42,8 @@ def test_seeds_keyed_by_their_number_are_the_seeds_of_one_curve(tmp_path: Path) 
     path = tmp_path / "suite.json"
     path.write_text(json.dumps(result))
     curves = curves_from_json(path)
-    assert list(curves) == ["entries/dqn_breakout/eval_curve"]
-    assert [c[0] for c in curves["entries/dqn_breakout/eval_curve"]] == ["seed 0", "seed 2"]
+    assert list(curves) == ["dqn_breakout/eval_curve"]
+    assert [c[0] for c in curves["dqn_breakout/eval_curve"]] == ["seed 0", "seed 2"]
 
 
 def test_plot_command_writes_an_image(

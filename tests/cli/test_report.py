@@ -1,4 +1,5 @@
-"""``report`` and its statistics, against cases computed by hand and scipy's own definitions."""
+"""``report`` and its statistics, against cases computed by hand, scipy's own definitions and rliable's
+figures on shared score matrices (``tests/fixtures/rliable_reference.json``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from scipy.stats import trim_mean
 
 from rl_lightning.cli import main
 from rl_lightning.training.stats import (
+    MIN_RUNS_FOR_INTERVAL,
     interval_estimates,
     iqm,
     probability_of_improvement,
@@ -57,6 +59,42 @@ def test_the_bootstrap_resamples_runs_within_each_task() -> None:
     assert set(np.unique(samples[..., 0])) <= {0.0, 1.0, 2.0}  # task 0's runs stay in task 0
     assert set(np.unique(samples[..., 1])) <= {100.0, 101.0, 102.0}
     assert np.array_equal(samples, stratified_bootstrap(scores, reps=500, seed=3))  # a seed repeats it
+
+
+def test_the_bootstrap_draws_each_tasks_runs_apart() -> None:
+    # Each run scores x on task 0 and -x on task 1, so every run's two tasks sum to 0. Resampling within each
+    # task draws the two columns apart and the mean over tasks varies; resampling whole runs (one index for
+    # all tasks, a bootstrap without strata) would keep each run's pair together: a mean of exactly 0 always.
+    x = np.arange(10.0)
+    scores = np.stack([x, -x], axis=1)
+    samples = stratified_bootstrap(scores, reps=2000, seed=0)
+    assert samples.sum(axis=(1, 2)).std() > 5.0  # apart: sd of the sum of two resampled sums about 12.8
+    est = interval_estimates(scores, seed=0)["mean"]
+    assert est["value"] == 0.0 and est["high"] - est["low"] > 2.0  # about 2.5 = 2 * 1.96 * 0.64
+
+
+def test_the_intervals_agree_with_rliables_on_the_same_scores() -> None:
+    """rliable's figures (``tests/fixtures/rliable_reference.py`` wrote them, 50,000 replicates) against
+    ours: point estimates equal, interval ends within 4 Monte Carlo standard deviations of our own."""
+    reference = json.loads((Path(__file__).parents[1] / "fixtures" / "rliable_reference.json").read_text())
+    reps = reference["reps"]
+    for name, entry in reference["matrices"].items():
+        scores = np.array(entry["scores"])
+        ours = [interval_estimates(scores, reps=reps, seed=s) for s in range(6)]
+        for agg, theirs in entry["estimates"].items():
+            assert ours[0][agg]["value"] == pytest.approx(theirs["value"], rel=1e-12), (name, agg)
+            for end in ("low", "high"):
+                draws = np.array([o[agg][end] for o in ours])
+                tolerance = 4 * draws.std(ddof=1) + 1e-9 * abs(theirs[end])
+                assert abs(draws.mean() - theirs[end]) <= tolerance, (name, agg, end, draws, theirs[end])
+
+
+def test_an_interval_needs_five_runs() -> None:
+    three = interval_estimates(np.array([[1.0], [2.0], [9.0]]))
+    assert three["mean"] == {"value": 4.0, "low": None, "high": None}  # not [min, max] called an interval
+    assert MIN_RUNS_FOR_INTERVAL == 5
+    five = interval_estimates(np.array([[1.0], [2.0], [9.0], [3.0], [4.0]]))
+    assert five["mean"]["low"] < 3.8 < five["mean"]["high"]
 
 
 def test_intervals_hold_the_estimate_and_collapse_for_equal_runs() -> None:
@@ -106,13 +144,31 @@ def test_report_reads_the_seeds_of_each_input_and_compares_them(tmp_path: Path, 
     assert main(["report", "report.inputs=[a.json,b.json]", "report.metric=eval", "report.out=r.json"]) == 0
     out = json.loads((tmp_path / "r.json").read_text())
     a, b = out["a"]["eval_curve"], out["b"]["eval_curve"]
-    assert a["final"] == [100, 200, 300, 400, 500] and a["best"] == a["final"]
-    assert a["final_estimates"]["iqm"]["value"] == 300.0  # the mean of 200, 300, 400
-    assert a["final_estimates"]["median"]["value"] == 300.0
+    assert a["split"] == "validation"  # the in-training evaluations chose the checkpoints
+    assert a["last"] == [100, 200, 300, 400, 500] and a["best"] == a["last"]
+    assert a["last_estimates"]["iqm"]["value"] == 300.0  # the mean of 200, 300, 400
+    assert a["last_estimates"]["median"]["value"] == 300.0
     # By hand: each of b's four 500s beats four of a's and ties one (4.5), its 400 beats three and ties one.
     assert b["improvement_over_a"]["value"] == pytest.approx((4 * 4.5 + 3.5) / 25)
     printed = capsys.readouterr().out
-    assert "P(b > a) on eval_curve final" in printed and "iqm 300.00 [" in printed
+    assert "a · eval_curve · validation (in-training evaluations) · 5 seeds" in printed
+    assert "P(b > a) on eval_curve last (validation)" in printed and "iqm 300.00 [" in printed
+
+
+def test_report_labels_the_held_out_finals_as_test_and_gives_no_interval_under_five(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    seeds = {str(i): {"final_eval": v, "eval_curve": [[1000, v + 5]]} for i, v in enumerate([10.0, 20.0, 60.0])}
+    (tmp_path / "l.json").write_text(json.dumps({"entries": {"dqn": {"seeds": seeds}}}))
+    assert main(["report", "report.inputs=[l.json]", "report.metric=eval", "report.out=r.json"]) == 0
+    out = json.loads((tmp_path / "r.json").read_text())["l"]
+    assert out["dqn/final_eval"]["split"] == "test" and out["dqn/final_eval"]["final"] == [10.0, 20.0, 60.0]
+    assert out["dqn/final_eval"]["final_estimates"]["mean"] == {"value": 30.0, "low": None, "high": None}
+    assert out["dqn/eval_curve"]["split"] == "validation" and out["dqn/eval_curve"]["last"] == [15.0, 25.0, 65.0]
+    printed = capsys.readouterr().out
+    assert "l · dqn/final_eval · test (held-out episodes) · 3 seeds (per seed)" in printed
+    assert "final 10.00, 20.00, 60.00" in printed and "no interval: 3 seeds" in printed
 
 
 def test_report_gives_each_seeds_final_win_rate_its_wilson_interval(tmp_path: Path, monkeypatch) -> None:
@@ -127,5 +183,5 @@ def test_report_gives_each_seeds_final_win_rate_its_wilson_interval(tmp_path: Pa
         "report.out=r.json",
     ]
     assert main(args) == 0
-    wilsons = json.loads((tmp_path / "r.json").read_text())["w"]["win_rate"]["final_wilson"]
+    wilsons = json.loads((tmp_path / "r.json").read_text())["w"]["win_rate"]["last_wilson"]
     assert wilsons[0]["low"] == pytest.approx(0.4902, abs=1e-4) and len(wilsons) == 2

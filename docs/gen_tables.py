@@ -1,0 +1,132 @@
+"""Renders every table of figures in README.md and docs/ from the results JSON it reports.
+
+A rendered table sits between two markers; the first names its renderer and the renderer's arguments:
+
+    <!-- table: learning control dqn_cartpole qrdqn_cartpole -->
+    | ... the rendered rows ... |
+    <!-- /table -->
+
+    python docs/gen_tables.py           # render every table in place
+    python docs/gen_tables.py --check   # print each table that differs from its results and exit 1
+
+``tests/test_docs.py`` runs the check, so a table typed by hand, or left behind by a new result, fails the
+suite. Under each table the page names its JSON and the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+#: The pages whose tables are rendered.
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+MARKER = re.compile(r"<!-- table: (?P<spec>[^>]*?) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+
+
+def _benchmark(name: str) -> Any:
+    """``benchmarks/<name>.py`` (the learning runner's table code is the one the suites' results use)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _result(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def learning(suite: str, *entries: str) -> str:
+    """The learning table of a suite's results (``benchmarks/learning.py``'s ``markdown_table``): its
+    threshold entries, or the ``entries`` named, in that order; those not run yet are left out."""
+    results = _result(suite)
+    names = [e for e in entries if e in results["entries"]] if entries else None
+    return _benchmark("learning").markdown_table(results, names)
+
+
+def _percent(rate: float) -> str:
+    return f"{100 * rate:.1f}%"
+
+
+def _wilson(interval: dict[str, float]) -> str:
+    return f"[{_percent(interval['low'])}, {_percent(interval['high'])}]"
+
+
+def hockey_agent(name: str) -> str:
+    """A shipped hockey agent's test games (``benchmarks/ship_agent.py``): win, loss and draw rates per
+    opponent with 95% Wilson intervals of the win and loss rates, for each way the agent was evaluated."""
+    shipped = _result(name)["shipped"]
+    modes = [(shipped, shipped.get("plan"))]
+    if "other_mode" in shipped:
+        modes.append((shipped["other_mode"], shipped["other_mode"]["plan"]))
+    games = shipped["games_per_opponent"]
+    rows = [
+        "| acting | opponent | test games | win [95% CI] | loss [95% CI] | draw |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for record, plan in modes:
+        acting = {None: "its policy", True: "planning (MPPI)", False: "policy prior"}[plan]
+        for opponent, r in sorted(record["evaluation"].items(), key=lambda kv: kv[0] != "weak"):
+            rows.append(
+                f"| {acting} | {opponent} | {games} | {_percent(r['win'])} {_wilson(r['win_wilson'])} "
+                f"| {_percent(r['loss'])} {_wilson(r['loss_wilson'])} | {_percent(r['draw'])} |"
+            )
+    return "\n".join(rows)
+
+
+#: Renderer name -> the function that renders its table from its arguments.
+TABLES: dict[str, Callable[..., str]] = {"learning": learning, "hockey_agent": hockey_agent}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked table rendered again."""
+
+    def one(match: re.Match) -> str:
+        name, *args = match.group("spec").split()
+        if name not in TABLES:
+            raise ValueError(f"unknown table renderer {name!r}; known: {', '.join(TABLES)}")
+        return f"<!-- table: {match.group('spec')} -->\n{TABLES[name](*args)}\n<!-- /table -->"
+
+    return MARKER.sub(one, text)
+
+
+def drift() -> list[str]:
+    """The ``page: table`` of every rendered table that differs from what its results give."""
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        rendered = render(text)
+        if rendered != text:
+            new = {m.group("spec"): m.group("body") for m in MARKER.finditer(rendered)}
+            out += [f"{page.relative_to(ROOT)}: {m.group('spec')}" for m in MARKER.finditer(text)
+                    if new.get(m.group("spec")) != m.group("body")]  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report tables that differ; change nothing")
+    args = parser.parse_args()
+    if args.check:
+        stale = drift()
+        for line in stale:
+            print(f"stale: {line} (python docs/gen_tables.py renders it)")
+        sys.exit(1 if stale else 0)
+    for page in PAGES:
+        text = page.read_text()
+        rendered = render(text)
+        if rendered != text:
+            page.write_text(rendered)
+            print(f"rendered the tables of {page.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
