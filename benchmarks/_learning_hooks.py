@@ -13,11 +13,12 @@ and adds figures to the seed's record (``per_seed``) and to the entry's summary 
   the goals of the shipped SAC agent (``tdmpc2_hockey_goals``: those of the TD-MPC2 agent) on the final
   evaluation's test games;
 - ``trading``: the last checkpoint's and ``best.ckpt``'s policies (chosen on the validation year, never on
-  the test period) play the test period (2017-01-03 to 2018-08-29) day by day with their deterministic
-  ``act_eval``: total return, annualised Sharpe ratio (daily simple returns, mean / std x sqrt(252), no
-  risk-free rate), maximum drawdown, average |position|, turnover, the options' shares of the days and their
-  switches; buy-and-hold (which pays the cost of entering once) and flat (cash) on the same period and cost
-  model, computed by the same env.
+  the test period) play the test period day by day with their deterministic ``act_eval``: total return,
+  annualised Sharpe ratio (daily simple returns, mean / std x sqrt(252), no risk-free rate), maximum
+  drawdown, average position and |position|, turnover, the options' shares of the days and their switches;
+  buy-and-hold (which pays the cost of entering once), flat (cash), a moving-average crossover and, per
+  policy, a constant position at the policy's mean exposure (its average risk without its timing) on the
+  same period and cost model, computed by the same env.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ def performance(wealth: np.ndarray, positions: np.ndarray, periods_per_year: int
         "sharpe": float(step.mean() / std * math.sqrt(periods_per_year)) if std > 0 else 0.0,
         "max_drawdown": float((1.0 - wealth / peak).max()),
         "mean_abs_position": float(np.abs(positions).mean()),
+        "mean_position": float(np.mean(positions)),
         "turnover_per_day": float(np.abs(np.diff(positions, prepend=0.0)).mean()),
         "days": len(step),
     }
@@ -266,6 +268,14 @@ class Trading(Hook):
         }
 
     @staticmethod
+    def constant(env_id: str, env_kwargs: dict[str, Any], split: str, position: float) -> dict[str, float]:
+        """A constant target ``position`` on ``split`` (a policy's mean exposure held every day), in the env
+        of :meth:`baselines`: what the policy's average risk earns without its timing."""
+        kwargs = {**episode_kwargs(env_kwargs, split), "no_trade_band": 0.0}
+        wealth, positions, _ = play(env_id, kwargs, lambda obs, t: (np.array([position], np.float32), None))
+        return performance(wealth, positions, PERIODS_PER_YEAR[env_id])
+
+    @staticmethod
     def baselines(env_id: str, env_kwargs: dict[str, Any], split: str) -> dict[str, dict[str, float]]:
         """Buy-and-hold, flat and the crossover on ``split`` (the crossover's first position is the signal at
         the close before the period: an episode starts there). They pay the run's costs and keep its bounded
@@ -297,14 +307,19 @@ class Trading(Hook):
 
         last, best = run.checkpoint("last"), run.checkpoint("best")
         saved = OmegaConf.create(load_checkpoint(str(last))[CONFIG_KEY]["config"])
-        return {
-            "env": {"id": saved.env.id, "kwargs": OmegaConf.to_container(saved.env.kwargs)},
+        env_id, kwargs = saved.env.id, OmegaConf.to_container(saved.env.kwargs)
+        out = {
+            "env": {"id": env_id, "kwargs": kwargs},
             "best_ckpt_frames (chosen on validation)": run.summary.get("best_frames"),
             "test_last_ckpt": self.evaluate_checkpoint(last, "test"),
             "test_best_ckpt": self.evaluate_checkpoint(best, "test"),
             "validation_last_ckpt": self.evaluate_checkpoint(last, "validation"),
             "validation_best_ckpt": self.evaluate_checkpoint(best, "validation"),
         }
+        for which in ("last", "best"):  # the same mean exposure, held constant, on the same test period
+            exposure = out[f"test_{which}_ckpt"]["mean_position"]
+            out[f"test_constant_exposure_{which}_ckpt"] = self.constant(env_id, kwargs, "test", exposure)
+        return out
 
     def summary(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
         from rl_lightning.training.stats import interval_estimates
@@ -323,6 +338,21 @@ class Trading(Hook):
             return r["total_return"] > 0 and r["sharpe"] >= GOAL_SHARPE
 
         goal = {w: [r["seed"] for r in runs if meets(r[f"test_{w}_ckpt"])] for w in ("last", "best")}
+        hold_sharpe = reference["test"]["buy_and_hold"]["sharpe"]
+
+        def above(which: str, figure: str, than: Any) -> list[int]:
+            return [r["seed"] for r in runs if r[f"test_{which}_ckpt"][figure] > than(r)[figure]]
+
+        constant = {
+            which: {
+                "sharpe_above_constant_exposure": above(
+                    which, "sharpe", lambda r, w=which: r[f"test_constant_exposure_{w}_ckpt"]),
+                "return_above_constant_exposure": above(
+                    which, "total_return", lambda r, w=which: r[f"test_constant_exposure_{w}_ckpt"]),
+            }
+            for which in ("last", "best")
+            if all(f"test_constant_exposure_{which}_ckpt" in r for r in runs)
+        }  # fmt: skip
         return {
             "data": f"{env_id} ({kwargs.get('dataset', 'its default series')}), held-out test period; "
             f"{kwargs['transaction_cost'] * 1e4:g} bp cost per unit of position changed",
@@ -332,6 +362,11 @@ class Trading(Hook):
                 which: [r["seed"] for r in runs if r[f"test_{which}_ckpt"]["total_return"] > hold]
                 for which in ("last", "best")
             },
+            "sharpe_above_buy_and_hold_on_test": {
+                which: [r["seed"] for r in runs if r[f"test_{which}_ckpt"]["sharpe"] > hold_sharpe]
+                for which in ("last", "best")
+            },
+            "against_constant_exposure_on_test": constant,
             "goal": f"total return > 0 and Sharpe >= {GOAL_SHARPE} on the test period, "
             f"on at least {GOAL_SHARE:.0%} of the seeds (best.ckpt, chosen on validation)",
             "seeds_meeting_goal": goal,

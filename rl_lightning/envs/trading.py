@@ -1,14 +1,17 @@
-"""A trading env on real market prices: the series gym-anytrading ships, split by date, with trading costs.
+"""A trading env on real market prices: series that Python packages ship, split by date, with trading costs.
 
-The prices come from the CSV files bundled with ``gym-anytrading`` (an optional extra:
-``pip install rl_lightning[trading]``): ``STOCKS_GOOGL`` (Alphabet daily closes, 2009-05-22 to 2018-08-29)
-and ``FOREX_EURUSD_1H_ASK`` (EUR/USD hourly ask closes, 2017). Only its data files are read (located
-without importing the package, parsed with the standard library): the env itself is ours.
+The prices come from CSV files bundled with two packages (the optional extra
+``pip install rl_lightning[trading]``): ``gym-anytrading``'s ``STOCKS_GOOGL`` (Alphabet daily closes,
+2009-05-22 to 2018-08-29) and ``FOREX_EURUSD_1H_ASK`` (EUR/USD hourly ask closes, 2017), and ``arch``'s
+``INDEX_NASDAQ`` (the NASDAQ Composite's daily closes, 1999-01-04 to 2018-12-31; a second series whose
+test period no choice of a recipe looked at). Only their data files are read (located without importing
+the packages, parsed with the standard library): the env itself is ours.
 
 Gymnasium ids (registered by :func:`register_trading_envs`, which ``rl_lightning.envs`` calls; nothing
 is read before an env is made):
 
-* ``TradingStocks-v0``: GOOGL daily; train before 2016-01-01, validation 2016, test from 2017-01-01.
+* ``TradingStocks-v0``: GOOGL daily; train before 2016-01-01, validation 2016, test from 2017-01-01
+  (``dataset=INDEX_NASDAQ``: the NASDAQ Composite on the same dates).
 * ``TradingForex-v0``: EUR/USD hourly; train before 2017-09-01, validation September 2017, test from
   2017-10-01.
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import gzip
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,10 +60,13 @@ import numpy as np
 
 __all__ = ["DATASETS", "TRADING_ENV_IDS", "TradingEnv", "load_prices", "register_trading_envs"]
 
-#: Bundled series: file name, date column, date format.
+#: Bundled series: the package that ships it, its file in the package, date column, date format.
 DATASETS = {
-    "STOCKS_GOOGL": ("STOCKS_GOOGL.csv", "Date", "%Y-%m-%d"),
-    "FOREX_EURUSD_1H_ASK": ("FOREX_EURUSD_1H_ASK.csv", "Time", "%d.%m.%Y %H:%M:%S.%f"),
+    "STOCKS_GOOGL": ("gym_anytrading", "datasets/data/STOCKS_GOOGL.csv", "Date", "%Y-%m-%d"),
+    "FOREX_EURUSD_1H_ASK": (
+        "gym_anytrading", "datasets/data/FOREX_EURUSD_1H_ASK.csv", "Time", "%d.%m.%Y %H:%M:%S.%f"
+    ),
+    "INDEX_NASDAQ": ("arch", "data/nasdaq/nasdaq.csv.gz", "Date", "%m/%d/%Y"),
 }
 
 #: id -> default kwargs.
@@ -83,22 +90,23 @@ TRADING_ENV_IDS: dict[str, dict[str, Any]] = {
 SPLITS = ("train", "validation", "test")
 
 
-def _data_dir() -> Path:
-    spec = importlib.util.find_spec("gym_anytrading")
+def _data_file(package: str, relative: str) -> Path:
+    spec = importlib.util.find_spec(package)  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            "the trading envs read the price series bundled with gym-anytrading: "
-            "pip install 'rl_lightning[trading]' (or pip install gym-anytrading)."
+            f"the trading envs read price series bundled with {package.replace('_', '-')}: "
+            "pip install 'rl_lightning[trading]'."
         )
-    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
+    return Path(next(iter(spec.submodule_search_locations))) / relative
 
 
 def load_prices(dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """The dates (``datetime64[s]``) and closing prices (float64) of a bundled series, oldest first."""
     if dataset not in DATASETS:
         raise ValueError(f"dataset={dataset!r}: use one of {sorted(DATASETS)}.")
-    name, date_col, fmt = DATASETS[dataset]
-    with (_data_dir() / name).open(newline="") as fh:
+    package, relative, date_col, fmt = DATASETS[dataset]
+    path = _data_file(package, relative)
+    with (gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")) as fh:
         rows = list(csv.DictReader(fh))
     dates = np.array([np.datetime64(dt.datetime.strptime(r[date_col], fmt), "s") for r in rows])
     close = np.array([float(r["Close"]) for r in rows], dtype=np.float64)
@@ -110,7 +118,7 @@ class TradingEnv(gym.Env):
     """One asset, one position in ``[-1, 1]``, daily or hourly steps; see the module docstring.
 
     Args:
-        dataset: ``STOCKS_GOOGL`` or ``FOREX_EURUSD_1H_ASK``.
+        dataset: ``STOCKS_GOOGL``, ``FOREX_EURUSD_1H_ASK`` or ``INDEX_NASDAQ``.
         split: ``train``, ``validation`` or ``test``.
         validation_date: first date of the validation period (ISO, ``YYYY-MM-DD``).
         test_date: first date of the test period.

@@ -179,6 +179,12 @@ def test_trading_baselines_play_the_held_out_period_with_the_runs_costs(hooks) -
     assert bounded["buy_and_hold"]["mean_abs_position"] < 1.0  # it enters in ten steps of 0.1
     banded = hooks.Trading.baselines("TradingStocks-v0", {**kwargs, "no_trade_band": 0.25}, "test")
     assert banded["buy_and_hold"] == out["buy_and_hold"]  # a baseline's target is its position
+    # A policy's mean exposure held constant: 1 is buy-and-hold, 0 is flat, 0.2 earns about a fifth.
+    constant = hooks.Trading.constant
+    assert constant("TradingStocks-v0", kwargs, "test", 1.0) == out["buy_and_hold"]
+    assert constant("TradingStocks-v0", kwargs, "test", 0.0) == out["flat"]
+    fifth = constant("TradingStocks-v0", kwargs, "test", 0.2)
+    assert fifth["mean_position"] == pytest.approx(0.2) and 0.08 < fifth["total_return"] < 0.12
 
 
 def test_a_seed_joins_what_the_results_file_holds_when_it_finishes(learning, tmp_path, monkeypatch) -> None:

@@ -21,7 +21,8 @@ def env(split: str = "train", **kw) -> TradingEnv:
 
 
 def test_the_bundled_series_load_oldest_first() -> None:
-    series = [("STOCKS_GOOGL", "2009-05-22", "2018-08-29"), ("FOREX_EURUSD_1H_ASK", "2017-01", "2017-12")]
+    series = [("STOCKS_GOOGL", "2009-05-22", "2018-08-29"), ("FOREX_EURUSD_1H_ASK", "2017-01", "2017-12"),
+              ("INDEX_NASDAQ", "1999-01-04", "2018-12-31")]  # fmt: skip
     for name, first, last in series:
         dates, prices = load_prices(name)
         assert (np.diff(dates) > np.timedelta64(0, "s")).all() and (prices > 0).all()
@@ -34,6 +35,10 @@ def test_periods_split_by_date_without_overlap() -> None:
     assert b + 1 == c and d + 1 == f and g == len(e.prices) - 1
     assert e.dates[b] < np.datetime64("2016-01-01") <= e.dates[c]
     assert e.dates[d] < np.datetime64("2017-01-01") <= e.dates[f]
+    nasdaq = env(dataset="INDEX_NASDAQ")  # the second series: the same dates, from 1999 to the end of 2018
+    (a, b), (c, d), (f, g) = (nasdaq.period(s) for s in ("train", "validation", "test"))
+    assert str(nasdaq.dates[f]).startswith("2017-01-03") and str(nasdaq.dates[g]).startswith("2018-12-31")
+    assert nasdaq.dates[b] < np.datetime64("2016-01-01") <= nasdaq.dates[c] and a > 0
 
 
 def test_train_episodes_never_reach_past_the_train_period() -> None:
