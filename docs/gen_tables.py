@@ -82,18 +82,30 @@ def hockey_agent(name: str) -> str:
     return "\n".join(rows)
 
 
-#: Renderer name -> the function that renders its table from its arguments.
+#: Renderer name -> the function that renders its table from its arguments (the speed and memory tables'
+#: renderers live in ``tables_speed.py`` beside this file).
 TABLES: dict[str, Callable[..., str]] = {"learning": learning, "hockey_agent": hockey_agent}
+
+
+def _all_tables() -> dict[str, Callable[..., str]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        speed = importlib.import_module("tables_speed").TABLES
+    finally:
+        sys.path.remove(str(Path(__file__).resolve().parent))
+    return {**TABLES, **speed}
 
 
 def render(text: str) -> str:
     """``text`` with every marked table rendered again."""
 
+    tables = _all_tables()
+
     def one(match: re.Match) -> str:
         name, *args = match.group("spec").split()
-        if name not in TABLES:
-            raise ValueError(f"unknown table renderer {name!r}; known: {', '.join(TABLES)}")
-        return f"<!-- table: {match.group('spec')} -->\n{TABLES[name](*args)}\n<!-- /table -->"
+        if name not in tables:
+            raise ValueError(f"unknown table renderer {name!r}; known: {', '.join(tables)}")
+        return f"<!-- table: {match.group('spec')} -->\n{tables[name](*args)}\n<!-- /table -->"
 
     return MARKER.sub(one, text)
 
