@@ -52,6 +52,35 @@ def learning(suite: str, *entries: str) -> str:
     return _benchmark("learning").markdown_table(results, names)
 
 
+def learning_seeds(suite: str, *entries: str) -> str:
+    """Per seed of each entry (``entries``, or every entry of the suite): the mean return of the last 100
+    and of all training episodes, the final evaluation with the episodes it played (test, or the validation
+    episodes of a run from before the evaluation protocol), and each published figure of the entry."""
+    results = _result(suite)["entries"]
+    rows = [
+        "| entry | seed | last 100 training episodes | all training episodes | final evaluation "
+        "| published |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in entries or results:
+        if name not in results:
+            continue
+        data = results[name]
+        figures = data["summary"].get("published", [])
+        published = "; ".join(f"{p['value']:g} ({p['statistic']})" for p in figures)
+        for i, (seed, run) in enumerate(sorted(data["seeds"].items(), key=lambda kv: int(kv[0]))):
+            final = "–"
+            if "final_eval" in run:
+                where = "test" if run.get("final_eval_split") == "test" else "validation episodes"
+                ckpt = run.get("final_eval_checkpoint", "last")
+                final = f"{run['final_eval']:.2f} ({ckpt} checkpoint, {run['final_eval_episodes']} {where})"
+            rows.append(
+                f"| `{name}` | {seed} | {run.get('train_last100', float('nan')):.2f} "
+                f"| {run.get('train_mean', float('nan')):.2f} | {final} | {published if i == 0 else ''} |"
+            )
+    return "\n".join(rows)
+
+
 def _percent(rate: float) -> str:
     return f"{100 * rate:.1f}%"
 
@@ -84,7 +113,11 @@ def hockey_agent(name: str) -> str:
 
 #: Renderer name -> the function that renders its table from its arguments (the speed and memory tables'
 #: renderers live in ``tables_speed.py`` beside this file).
-TABLES: dict[str, Callable[..., str]] = {"learning": learning, "hockey_agent": hockey_agent}
+TABLES: dict[str, Callable[..., str]] = {
+    "learning": learning,
+    "learning_seeds": learning_seeds,
+    "hockey_agent": hockey_agent,
+}
 
 
 def _all_tables() -> dict[str, Callable[..., str]]:

@@ -292,19 +292,30 @@ class RLModule(L.LightningModule, ABC):
         else:
             loss.backward()
 
-    def make_optimizer(self, params: Iterable[Any], lr: float, **kwargs: Any) -> torch.optim.Optimizer:
-        """``Adam`` with the callbacks' ``optimizer_kwargs`` merged in.
+    def make_optimizer(
+        self, params: Iterable[Any], lr: float, kind: str = "adam", **kwargs: Any
+    ) -> torch.optim.Optimizer:
+        """``Adam`` (or, with ``kind="rmsprop"``, the DQN papers' RMSProp: centered, squared-gradient
+        momentum 0.95, ε 0.01, as Mnih et al. 2015 and the MinAtar paper train) with the callbacks'
+        ``optimizer_kwargs`` merged in.
 
         Unless a callback asks for the fused kernel, the multi-tensor (``foreach``) implementation is used
         on every device: torch picks it only for CUDA tensors by default, and on a CPU the per-tensor loop
-        costs about twice as much for the small networks of RL.
+        costs about twice as much for the small networks of RL. RMSProp has no fused kernel: it keeps
+        ``foreach`` (the ``FusedOptimizer`` callback warns that it did not come out fused).
         """
+        if kind not in ("adam", "rmsprop"):
+            raise ValueError(f"optimizer={kind!r}: choose adam or rmsprop.")
         kwargs = {**kwargs, **self.optimizer_kwargs}
+        if kind == "rmsprop":
+            kwargs.pop("fused", None)
+            kwargs = {"alpha": 0.95, "eps": 0.01, "centered": True, **kwargs}
         if not kwargs.get("fused"):
             kwargs.setdefault("foreach", True)
         if not isinstance(lr, torch.Tensor) and kwargs.get("capturable"):
             lr = torch.tensor(lr)
-        return torch.optim.Adam(params, lr=lr, **kwargs)
+        optimizer = torch.optim.RMSprop if kind == "rmsprop" else torch.optim.Adam
+        return optimizer(params, lr=lr, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process (a collector's worker) gets the class's hot paths: the optimization

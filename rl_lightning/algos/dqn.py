@@ -113,7 +113,7 @@ class DQN(RLModule):
         hidden_sizes: widths of the Q-network's hidden layers (after the encoder's features).
         encoder: what reads the observation first (:mod:`rl_lightning.nn.encoders`): ``auto`` (a CNN for
             images), ``mlp``, ``nature_cnn`` or ``minatar_cnn``.
-        lr: Adam learning rate.
+        lr: the optimizer's learning rate.
         gamma: discount.
         double_dqn: select the next action with the online net, evaluate it with the target net.
         dueling: value/advantage heads.
@@ -129,6 +129,8 @@ class DQN(RLModule):
             network, moved toward it by this rate after every update (``None``: the online network itself).
             The greedy policy of a Q-network flips between good and bad as the network moves; the average
             moves slowly, so the last policy of a run is not the luck of its last update.
+        optimizer: ``adam``, or ``rmsprop``: the DQN papers' centered RMSProp (squared-gradient momentum
+            0.95, ε 0.01; :meth:`RLModule.make_optimizer`), as the MinAtar paper trains.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -162,6 +164,7 @@ class DQN(RLModule):
         eps_decay_frames: int = 10_000,
         grad_clip: float | None = 10.0,
         eval_polyak: float | None = None,
+        optimizer: str = "adam",
     ) -> None:
         super().__init__(observation_spec, action_spec)
         if not isinstance(action_spec, Categorical):
@@ -171,6 +174,8 @@ class DQN(RLModule):
                 "(e.g. HockeyVsOpponentDiscrete-v0) "
                 "or an algorithm for continuous actions."
             )
+        if optimizer not in ("adam", "rmsprop"):
+            raise ValueError(f"algo.optimizer={optimizer!r}: choose adam or rmsprop.")
         if target_update not in ("soft", "hard"):
             raise ValueError(f"target_update must be 'soft' or 'hard', got {target_update!r}.")
         if loss not in ("l2", "smooth_l1"):
@@ -309,4 +314,4 @@ class DQN(RLModule):
         return list(self.q_net.parameters()), list(self.target_q_net.parameters()), averaged
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.make_optimizer(self.q_net.parameters(), self.hparams.lr)
+        return self.make_optimizer(self.q_net.parameters(), self.hparams.lr, self.hparams.optimizer)

@@ -46,8 +46,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Reloads ``cfg.ckpt`` safely and evaluates its deterministic policy.
 
     By default on held-out test episodes (:func:`episodes_to_play`; docs/evaluation.md), the figure to
-    report; ``split=validation`` reproduces the run's own evaluation, on its eval envs and variants. ``video=true`` also writes a video of
-    ``eval.video.episodes`` episodes beside the checkpoint (and logs it as an MLflow artifact).
+    report; ``split=validation`` reproduces the run's own evaluation, on its eval envs and variants.
+    ``video=true`` also writes a video of ``eval.video.episodes`` episodes beside the checkpoint (and logs
+    it as an MLflow artifact).
     ``plan=true|false`` evaluates a TD-MPC2 checkpoint with or without the planner, whichever its run used
     (``algo.mpc`` only chooses how the module acts: the weights are the same).
     """
@@ -69,7 +70,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     module.to(resolve_device(cfg.device))
     label, episodes, seed = episodes_to_play(cfg, saved)
     stats = evaluate_variants(module, env_cfg, episodes, seed, container(saved.eval.variants))
-    line = f"{label}: {episodes} episodes (eval seed {seed}): return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
+    line = f"{label}: {episodes} episodes (eval seed {seed}): "
+    line += f"return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
     if "win_rate" in stats:
         line += ", win/loss/draw " + "/".join(
             f"{stats[k]:.2f}" for k in ("win_rate", "loss_rate", "draw_rate")

@@ -59,8 +59,10 @@ def test_finals(path: str | Path) -> dict[str, list[float]]:
 
 def _estimates_line(name: str, values: list[float], est: dict[str, dict[str, Any]]) -> str:
     if len(values) < MIN_RUNS_FOR_INTERVAL:
-        return f"  {name:<6}" + "  ".join(f"{k} {v['value']:.2f}" for k, v in est.items()) + (
-            f"  (no interval: {len(values)} seeds, an interval needs {MIN_RUNS_FOR_INTERVAL})"
+        return (
+            f"  {name:<6}"
+            + "  ".join(f"{k} {v['value']:.2f}" for k, v in est.items())
+            + (f"  (no interval: {len(values)} seeds, an interval needs {MIN_RUNS_FOR_INTERVAL})")
         )
     return f"  {name:<6}" + "  ".join(
         f"{k} {v['value']:.2f} [{v['low']:.2f}, {v['high']:.2f}]" for k, v in est.items()

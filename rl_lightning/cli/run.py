@@ -58,8 +58,9 @@ def seed_sets(run: DictConfig, test_seed: int, test_episodes: int, ranks: int | 
     its ``trainer.devices`` times ``trainer.num_nodes`` where those are numbers)."""
     env = env_config(run)
     if ranks is None:  # a stored config of an older version may lack a key: the defaults then
-        devices, nodes = OmegaConf.select(run, "trainer.devices", default=1), OmegaConf.select(
-            run, "trainer.num_nodes", default=1
+        devices, nodes = (
+            OmegaConf.select(run, "trainer.devices", default=1),
+            OmegaConf.select(run, "trainer.num_nodes", default=1),
         )
         ranks = devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else 1
     return SeedSets.of_run(

@@ -38,7 +38,8 @@ from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig
 
 __all__ = [
-    "MAX_UPDATES_PER_BATCH", "RANK_SEED_STRIDE", "CollectConfig", "ExperienceStream", "RLDataModule", "UpdateRound",
+    "MAX_UPDATES_PER_BATCH", "RANK_SEED_STRIDE", "CollectConfig", "ExperienceStream", "RLDataModule",
+    "UpdateRound",
 ]  # fmt: skip
 
 #: Seed offset between ranks (their envs and exploration noise); larger than any frame count of a run.

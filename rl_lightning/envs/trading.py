@@ -64,7 +64,10 @@ __all__ = ["DATASETS", "TRADING_ENV_IDS", "TradingEnv", "load_prices", "register
 DATASETS = {
     "STOCKS_GOOGL": ("gym_anytrading", "datasets/data/STOCKS_GOOGL.csv", "Date", "%Y-%m-%d"),
     "FOREX_EURUSD_1H_ASK": (
-        "gym_anytrading", "datasets/data/FOREX_EURUSD_1H_ASK.csv", "Time", "%d.%m.%Y %H:%M:%S.%f"
+        "gym_anytrading",
+        "datasets/data/FOREX_EURUSD_1H_ASK.csv",
+        "Time",
+        "%d.%m.%Y %H:%M:%S.%f",
     ),
     "INDEX_NASDAQ": ("arch", "data/nasdaq/nasdaq.csv.gz", "Date", "%m/%d/%Y"),
 }
@@ -106,7 +109,7 @@ def load_prices(dataset: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"dataset={dataset!r}: use one of {sorted(DATASETS)}.")
     package, relative, date_col, fmt = DATASETS[dataset]
     path = _data_file(package, relative)
-    with (gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")) as fh:
+    with gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     dates = np.array([np.datetime64(dt.datetime.strptime(r[date_col], fmt), "s") for r in rows])
     close = np.array([float(r["Close"]) for r in rows], dtype=np.float64)

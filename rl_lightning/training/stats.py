@@ -23,7 +23,8 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
-    "AGGREGATES", "MIN_RUNS_FOR_INTERVAL", "interval_estimates", "iqm", "probability_of_improvement", "stratified_bootstrap", "wilson",
+    "AGGREGATES", "MIN_RUNS_FOR_INTERVAL", "interval_estimates", "iqm", "probability_of_improvement",
+    "stratified_bootstrap", "wilson",
 ]  # fmt: skip
 
 

@@ -262,3 +262,24 @@ def test_a_checkpoint_without_the_average_starts_it_at_the_online_network():
     averaged.load_state_dict(checkpoint["state_dict"])
     for a, w in zip(averaged.eval_q_net.parameters(), plain.q_net.parameters()):
         assert torch.equal(a, w)
+
+
+def test_rmsprop_steps_as_the_dqn_papers_centered_rmsprop():
+    """``optimizer=rmsprop`` (the MinAtar paper's): two updates move the weights as torch's centered RMSProp
+    with momentum 0.95 and eps 0.01 moves them on the same losses; Adam, the default, moves them otherwise."""
+    fixed = {"lr": 0.01, "grad_clip": None, "target_update": "hard", "hard_update_every": 100}  # targets held
+    m = make(optimizer="rmsprop", **fixed)
+    reference = make(optimizer="rmsprop", **fixed)
+    by_hand = torch.optim.RMSprop(reference.q_net.parameters(), lr=0.01, alpha=0.95, eps=0.01, centered=True)
+    for seed in (1, 2):
+        m.update(batch(seed))
+        by_hand.zero_grad()
+        reference.td_loss(batch(seed))[0].backward()
+        by_hand.step()
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(online(m), online(reference)))
+    adam = make(**fixed)
+    for seed in (1, 2):
+        adam.update(batch(seed))
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(online(adam), online(m)))
+    with pytest.raises(ValueError, match=r"algo\.optimizer='sgd'"):
+        make(optimizer="sgd")

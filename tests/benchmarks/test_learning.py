@@ -98,7 +98,8 @@ def test_the_learning_table_shows_test_figures_first_and_intervals_from_five_see
         "checkpoint, 100 episodes); last checkpoint: per seed: 480, 300, 100, 500 | 3 of 4 | 20.5k |"
     )
     assert header.count("|") == rule.count("|") == row.count("|")
-    seeds["4"] = run(4, 5000, 490.0, final_eval_checkpoint="best", final_eval_episodes=100, final_eval_last=490.0)
+    seeds["4"] = run(4, 5000, 490.0, final_eval_checkpoint="best", final_eval_episodes=100,
+                     final_eval_last=490.0)  # fmt: skip
     results["entries"]["e"]["summary"] = learning.summarise(entry, seeds)
     row = learning.markdown_table(results).splitlines()[2]
     # Five seeds: the interquartile mean (of 480, 490, 500) with its interval.
@@ -122,9 +123,10 @@ def test_a_results_file_names_the_command_that_reruns_every_entry_it_holds(learn
     every = {e.name: {} for e in learning.SUITES["minatar"]}
     args = Namespace(suite="minatar", out=None)
     assert learning.reproduce(args, every) == "python benchmarks/learning.py minatar"
-    some = {"rainbow_space_invaders": {}, "dqn_breakout": {}}  # named in the suite's order
+    some = {"rainbow_minimal_space_invaders": {}, "dqn_minimal_breakout": {}}  # named in the suite's order
     assert learning.reproduce(Namespace(suite="minatar", out="mine"), some) == (
-        "python benchmarks/learning.py minatar --only dqn_breakout rainbow_space_invaders --out mine"
+        "python benchmarks/learning.py minatar --only dqn_minimal_breakout rainbow_minimal_space_invaders "
+        "--out mine"
     )
 
 
@@ -195,15 +197,25 @@ def test_a_seed_joins_what_the_results_file_holds_when_it_finishes(learning, tmp
 
     def run_seed(entry, seed, args):
         if seed == 0:  # meanwhile, another process records its seed in the (still empty) file
-            other = {"rainbow_breakout": {"seeds": {"7": {"seed": 7, "train_mean": 1.0}}}}
+            other = {"rainbow_minimal_breakout": {"seeds": {"7": {"seed": 7, "train_mean": 1.0}}}}
             path.write_text(json.dumps({"entries": other}))
         return {"seed": seed, "train_mean": 2.0 + seed}
 
     monkeypatch.setattr(learning, "run_seed", run_seed)
-    argv = ["learning.py", "minatar", "--only", "dqn_breakout", "--seeds", "0", "1", "--parallel", "1"]
+    argv = [
+        "learning.py",
+        "minatar",
+        "--only",
+        "dqn_minimal_breakout",
+        "--seeds",
+        "0",
+        "1",
+        "--parallel",
+        "1",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     learning.main()
     entries = json.loads(path.read_text())["entries"]
-    assert set(entries["rainbow_breakout"]["seeds"]) == {"7"}
-    assert set(entries["dqn_breakout"]["seeds"]) == {"0", "1"}
-    assert entries["dqn_breakout"]["summary"]["train_mean"]["mean"]["value"] == pytest.approx(2.5)
+    assert set(entries["rainbow_minimal_breakout"]["seeds"]) == {"7"}
+    assert set(entries["dqn_minimal_breakout"]["seeds"]) == {"0", "1"}
+    assert entries["dqn_minimal_breakout"]["summary"]["train_mean"]["mean"]["value"] == pytest.approx(2.5)

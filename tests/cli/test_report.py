@@ -159,13 +159,15 @@ def test_report_labels_the_held_out_finals_as_test_and_gives_no_interval_under_f
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    seeds = {str(i): {"final_eval": v, "eval_curve": [[1000, v + 5]]} for i, v in enumerate([10.0, 20.0, 60.0])}
+    finals = [10.0, 20.0, 60.0]
+    seeds = {str(i): {"final_eval": v, "eval_curve": [[1000, v + 5]]} for i, v in enumerate(finals)}
     (tmp_path / "l.json").write_text(json.dumps({"entries": {"dqn": {"seeds": seeds}}}))
     assert main(["report", "report.inputs=[l.json]", "report.metric=eval", "report.out=r.json"]) == 0
     out = json.loads((tmp_path / "r.json").read_text())["l"]
     assert out["dqn/final_eval"]["split"] == "test" and out["dqn/final_eval"]["final"] == [10.0, 20.0, 60.0]
     assert out["dqn/final_eval"]["final_estimates"]["mean"] == {"value": 30.0, "low": None, "high": None}
-    assert out["dqn/eval_curve"]["split"] == "validation" and out["dqn/eval_curve"]["last"] == [15.0, 25.0, 65.0]
+    assert out["dqn/eval_curve"]["split"] == "validation"
+    assert out["dqn/eval_curve"]["last"] == [15.0, 25.0, 65.0]
     printed = capsys.readouterr().out
     assert "l · dqn/final_eval · test (held-out episodes) · 3 seeds (per seed)" in printed
     assert "final 10.00, 20.00, 60.00" in printed and "no interval: 3 seeds" in printed

@@ -31,7 +31,9 @@ def test_the_default_sets_are_disjoint_and_a_clash_is_one_line() -> None:
 
 
 @pytest.mark.slow
-def test_a_fit_chooses_on_validation_seeds_and_evaluate_reports_on_others(tmp_path: Path, monkeypatch) -> None:
+def test_a_fit_chooses_on_validation_seeds_and_evaluate_reports_on_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every env a fit and ``evaluate`` build is recorded with its seed and size; the eval envs of the fit
     (the validation episodes, which chose best.ckpt) and those of ``evaluate`` (the test episodes) share no
     seed, and neither do the training envs and the test episodes."""
