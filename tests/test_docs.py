@@ -17,12 +17,28 @@ sys.path.insert(0, str(ROOT / "docs"))
 
 import gen_config_reference  # noqa: E402
 import gen_tables  # noqa: E402
+import tables_speed  # noqa: E402
 
 
 def test_every_rendered_table_is_its_results() -> None:
     """README.md's and docs/'s tables of figures are what ``python docs/gen_tables.py`` renders from the
     results they name: a figure typed by hand, or a result that moved on, fails here."""
     assert gen_tables.drift() == []
+
+
+def test_every_speed_table_renders_from_its_results() -> None:
+    """Every renderer of ``tables_speed.py`` has a table on a page, and each such table renders from the
+    results it names into a header, its separator and rows of as many cells."""
+    pages = [page.read_text() for page in gen_tables.PAGES]
+    specs = [m["spec"].split() for text in pages for m in gen_tables.MARKER.finditer(text)]
+    assert set(tables_speed.TABLES) <= {name for name, *_ in specs}, "a renderer no page uses"
+    for name, *args in specs:
+        if name not in tables_speed.TABLES:
+            continue
+        lines = tables_speed.TABLES[name](*args).splitlines()
+        widths = {line.count("|") for line in lines}
+        assert len(lines) > 2 and len(widths) == 1, (name, args)
+        assert lines[1] == "|" + " --- |" * (widths.pop() - 1), (name, args)
 
 
 def test_a_table_that_differs_from_its_results_is_named(tmp_path: Path, monkeypatch) -> None:
