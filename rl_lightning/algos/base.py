@@ -210,6 +210,13 @@ class RLModule(L.LightningModule, ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not provide an exportable policy.")
 
+    def snapshot_policy(self) -> torch.nn.Module:
+        """A frozen copy's policy to play against (hockey's self-play): ``observation -> action`` as
+        :meth:`export_policy` gives it. An algorithm whose deterministic policy is no function of the
+        observation alone overrides it with the closest one that is (TD-MPC2 planning: its policy prior).
+        """
+        return self.export_policy()
+
     def set_frames(self, frames: int) -> None:
         """Called by the data path after each collection (an in-place fill: no sync, graph-safe).
 

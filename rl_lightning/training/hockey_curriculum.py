@@ -152,7 +152,8 @@ class HockeyCurriculum(Callback):
     are out of reach and refused. Evaluation keeps its own envs and opponents (``eval.variants``).
 
     Self-play: while a stage's opponents include ``self``, a frozen copy of the agent's deterministic
-    policy (``export_policy()``, deep-copied to the CPU, eval mode, no gradients) joins the pool on entering
+    policy (``snapshot_policy()``: ``export_policy()``, or TD-MPC2's policy prior where it plans; deep-copied
+    to the CPU, eval mode, no gradients) joins the pool on entering
     the stage and every ``snapshot_every_frames`` frames; the pool keeps the newest ``pool_size``. The
     ``self`` weight is shared equally by the pool's members, which play as ``self_<k>`` (the env's
     ``opponent_name``). A discrete agent's codes are mapped to the continuous hockey actions by the env.
@@ -162,7 +163,7 @@ class HockeyCurriculum(Callback):
 
     State (``state_dict``, so a resumed run continues in its stage with its pool): the stage, the frames at
     which it began, the last snapshot's frames and the pool's weights (rebuilt on resume from a fresh
-    ``export_policy()`` loaded with them).
+    ``snapshot_policy()`` loaded with them).
 
     Args:
         stages: the stages in order, each a mapping with ``name``, ``mode``, ``opponent``, ``frames``,
@@ -221,11 +222,11 @@ class HockeyCurriculum(Callback):
             )
         if any(s.uses_self for s in self.stages):
             try:
-                pl_module.export_policy()
+                pl_module.snapshot_policy()
             except (AttributeError, NotImplementedError) as err:
                 raise _fail(
                     f"self-play needs the agent's deterministic policy as a module, and "
-                    f"{type(pl_module).__name__}.export_policy() is not available ({err}); drop 'self' "
+                    f"{type(pl_module).__name__}.snapshot_policy() is not available ({err}); drop 'self' "
                     "from the opponents or use an algorithm that exports its policy."
                 ) from None
         self._trainer, self._module = trainer, pl_module
@@ -235,7 +236,7 @@ class HockeyCurriculum(Callback):
         frames = self._frames(trainer, pl_module)
         if self._restored_pool is not None:
             # An empty pool (no self-play yet, or none at all) needs no template: a planning agent has none.
-            template = pl_module.export_policy() if self._restored_pool else None
+            template = pl_module.snapshot_policy() if self._restored_pool else None
             self.pool = [
                 _Snapshot(int(s["id"]), int(s["frames"]), self._frozen(template, s["state"]))
                 for s in self._restored_pool
@@ -373,7 +374,7 @@ class HockeyCurriculum(Callback):
         return policy.eval().requires_grad_(False)
 
     def _snapshot(self, pl_module: pl.LightningModule, frames: int) -> None:
-        self.pool.append(_Snapshot(self._next_id, frames, self._frozen(pl_module.export_policy())))
+        self.pool.append(_Snapshot(self._next_id, frames, self._frozen(pl_module.snapshot_policy())))
         self._next_id += 1
         del self.pool[: -self.pool_size]
         self.last_snapshot_frames = frames

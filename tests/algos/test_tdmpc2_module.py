@@ -335,3 +335,16 @@ def test_resume_with_several_envs_starts_new_trajectory_ids(tmp_path: Path) -> N
     assert new.min() > old.max()
     # Pendulum episodes last 200 steps: each run's 2 envs are still in their first episode.
     assert old.unique().numel() == 2 and new.unique().numel() == 2
+
+
+def test_a_planning_agents_snapshot_acts_with_its_prior() -> None:
+    """Self-play needs a plain-module policy; a planning TD-MPC2 has none to export, and its snapshot is
+    the policy prior's mean action in the env's units."""
+    module = make_module("HockeyVsOpponent-v0", mpc=True, episode_length=251)
+    with pytest.raises(NotImplementedError, match="acts by planning"):
+        module.export_policy()
+    obs = torch.randn(3, module.obs_shape[0])
+    expected = module.actions.to_env(module.model.pi(module.model.encode(obs)).mean)
+    torch.testing.assert_close(module.snapshot_policy()(obs), expected)
+    prior = make_module("HockeyVsOpponent-v0", mpc=False, episode_length=251)
+    torch.testing.assert_close(prior.snapshot_policy()(obs), prior.export_policy()(obs))

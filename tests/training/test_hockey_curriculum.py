@@ -443,7 +443,7 @@ def test_self_play_needs_an_exportable_policy() -> None:
         Bounded(-torch.ones(1, 4), torch.ones(1, 4), shape=(1, 4)),
         hidden_sizes=(8,),
     )
-    with pytest.raises(ValueError, match=r"export_policy.*it plans"):
+    with pytest.raises(ValueError, match=r"snapshot_policy.*it plans"):
         HockeyCurriculum(STAGES).setup(s.trainer, module, "fit")
     HockeyCurriculum(STAGES[:3]).setup(s.trainer, module, "fit")  # no self-play, no need
 

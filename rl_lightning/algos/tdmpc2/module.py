@@ -261,6 +261,10 @@ class TDMPC2(RLModule):
             )
         return _PriorPolicy(self.model, self.actions)
 
+    def snapshot_policy(self) -> nn.Module:
+        """The policy prior's mean action, planning or not: a self-play opponent acts without a planner."""
+        return _PriorPolicy(self.model, self.actions)
+
     @without_grad
     def act_eval(self, td: TensorDictBase) -> TensorDictBase:
         """Plans without exploration noise (mean first action); any number of envs ``[N]``."""
