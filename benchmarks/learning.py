@@ -157,12 +157,13 @@ SUITES: dict[str, list[Entry]] = {
     "hockey": [
         # SAC with options next to flat SAC, both cut to a CPU-sized 50k frames (their recipes: 200k).
         *(Entry(f"{name}_50k", name, ("eval.every_frames=10000", "checkpoint.every_frames=10000"),
-                frames=50_000, curves=HOCKEY_CURVES, hooks=hooks)
+                frames=50_000, seeds=_FIVE, curves=HOCKEY_CURVES, hooks=hooks)
           for name, hooks in (("sac_options_hockey", ("hockey", "options")), ("sac_hockey", ("hockey",)))),
         # Discrete IQN vs the weak opponent acting risk-neutral and on CVaR(0.25).
-        Entry("iqn_hockey_neutral", "iqn_hockey_discrete", frames=150_000, curves=_RATES, hooks=("hockey",)),
+        Entry("iqn_hockey_neutral", "iqn_hockey_discrete", frames=150_000, seeds=_FIVE, curves=_RATES,
+              hooks=("hockey",)),
         Entry("iqn_hockey_cvar", "iqn_hockey_discrete", ("algo.risk=cvar", "algo.risk_param=0.25"),
-              frames=150_000, curves=_RATES, hooks=("hockey",)),
+              frames=150_000, seeds=_FIVE, curves=_RATES, hooks=("hockey",)),
         # TD-MPC2 on a CPU, one seed (1.7 hours on two cores): its own evaluations, 10 games per opponent.
         Entry("tdmpc2_hockey_cpu", "tdmpc2_hockey_cpu", frames=100_000, seeds=(0,), final_episodes=0,
               curves=(*HOCKEY_CURVES, "train/episode_return")),

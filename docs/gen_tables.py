@@ -81,6 +81,75 @@ def learning_seeds(suite: str, *entries: str) -> str:
     return "\n".join(rows)
 
 
+def iqn_hockey_risk(name: str) -> str:
+    """Risk-neutral against CVaR acting at discrete hockey (``iqn_hockey_risk.json``): each seed's final
+    checkpoint's win / loss / draw rates over its games and the means over the seeds."""
+    data = _result(name)
+    rows = ["| acting | per seed W/L/D | mean W/L/D | mean return |", "| --- | --- | --- | --- |"]
+    for risk, summary in data["summary"].items():
+        runs = sorted((r for r in data["runs"] if r["risk"] == risk), key=lambda r: r["seed"])
+        rates = ("win_rate", "loss_rate", "draw_rate")
+        seeds = ", ".join(
+            f"{r['seed']}: " + "/".join(f"{r['final_100_games'][k]:.2f}" for k in rates) for r in runs
+        )
+        mean = "/".join(f"{summary[k]:.2f}" for k in rates)
+        rows.append(f"| {risk} | {seeds} | {mean} | {summary['return_mean']:.1f} |")
+    return "\n".join(rows)
+
+
+def options_hockey(name: str) -> str:
+    """SAC with options against flat SAC at hockey (``sac_options_hockey.json``): the last checkpoints'
+    win / loss / draw rates per opponent, means over the seeds, and the wall time per run."""
+    data = _result(name)
+    rows = [
+        "| | vs weak: win / loss / draw | vs strong: win / loss / draw | wall time per run |",
+        "| --- | --- | --- | --- |",
+    ]
+    for experiment, per_opponent in data["mean_last_ckpt"].items():
+        cells = [
+            " / ".join(_percent(per_opponent[o][f"{r}_rate"]) for r in ("win", "loss", "draw"))
+            for o in ("weak", "strong")
+        ]
+        rows.append(f"| `{experiment}` | {cells[0]} | {cells[1]} | {data['wall_s_mean'][experiment]:.0f} s |")
+    return "\n".join(rows)
+
+
+def hockey_seed(suite: str, entry: str, seed: str = "0") -> str:
+    """One seed's final hockey evaluations (a learning suite's entry): win / loss / draw per opponent, with
+    the run's own eval seed and each further eval seed it was played on (entries from before the evaluation
+    protocol)."""
+    run = _result(suite)["entries"][entry]["seeds"][seed]
+    games = {f"the run's evaluation seed, {run['final_eval_episodes']} each": run["final_evaluation"]}
+    games.update(
+        {f"eval seed {s}": stats for s, stats in run.get("final_evaluation_on_eval_seeds", {}).items()}
+    )
+    rows = ["| games | vs weak: win / loss / draw | vs strong: win / loss / draw |", "| --- | --- | --- |"]
+    for label, stats in games.items():
+        cells = [
+            " / ".join(_percent(stats[f"{o}/{r}_rate"]) for r in ("win", "loss", "draw"))
+            for o in ("weak", "strong")
+        ]
+        rows.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return "\n".join(rows)
+
+
+def goal_check(name: str) -> str:
+    """What TD-MPC2 hockey checkpoints know of goals (``tdmpc2_goal_check.json``): games, the reward
+    predicted on scoring steps and the correlation of ``Q`` with the return that followed."""
+    rows = [
+        "| checkpoint | horizon, frames | games won / lost / drawn | predicted reward where a goal was "
+        "scored (+10) | `Q` against the return that followed |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, c in _result(name)["checkpoints"].items():
+        scored, q = c["reward_on_goal_steps"]["scored"], c["q_vs_return"]["correlation"]
+        rows.append(
+            f"| `{label}` | {c['horizon']}, {c['frames']:,} | {' / '.join(map(str, c['win_loss_draw']))} "
+            f"| {scored['predicted_mean']:.2f} ({scored['steps']} goals) | {q:.2f} |"
+        )
+    return "\n".join(rows)
+
+
 def _percent(rate: float) -> str:
     return f"{100 * rate:.1f}%"
 
@@ -117,6 +186,10 @@ TABLES: dict[str, Callable[..., str]] = {
     "learning": learning,
     "learning_seeds": learning_seeds,
     "hockey_agent": hockey_agent,
+    "iqn_hockey_risk": iqn_hockey_risk,
+    "options_hockey": options_hockey,
+    "hockey_seed": hockey_seed,
+    "goal_check": goal_check,
 }
 
 
