@@ -180,7 +180,7 @@ SUITES: dict[str, list[Entry]] = {
     # a moving-average crossover and a constant position at each policy's mean exposure.
     "trading": [
         Entry("sac_options_trading", "sac_options_trading", seeds=_FIVE, **_TRADING),
-        Entry("sac_options_trading_nasdaq", "sac_options_trading", ("env.kwargs.dataset=INDEX_NASDAQ",),
+        Entry("sac_options_trading_nasdaq", "sac_options_trading", ("+env.kwargs.dataset=INDEX_NASDAQ",),
               seeds=_FIVE, **_TRADING),
         Entry("sac_options_trading_eurusd", "sac_options_trading",
               ("env.id=TradingForex-v0", "env.kwargs.transaction_cost=0.0001"), seeds=_FIVE, **_TRADING),
