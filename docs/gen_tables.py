@@ -150,6 +150,45 @@ def goal_check(name: str) -> str:
     return "\n".join(rows)
 
 
+def _signed(x: float) -> str:
+    return f"{100 * x:+.1f}%".replace("-", "−")
+
+
+def trading(suite: str, entry: str) -> str:
+    """A trading entry on its held-out period (``benchmarks/learning.py``'s trading hook): the baselines,
+    then per seed ``best.ckpt`` (chosen on the validation period) and the last checkpoint, each beside a
+    constant position at its own mean exposure where the results hold one."""
+    data = _result(suite)["entries"][entry]
+    summary, runs = data["summary"], sorted(data["seeds"].values(), key=lambda r: r["seed"])
+    figures = ("total_return", "sharpe", "max_drawdown", "turnover_per_day", "mean_abs_position")
+    rows = [
+        "| policy | total return | Sharpe (annualised) | max drawdown | turnover per day "
+        "| mean \\|position\\| |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def cells(*records: dict[str, float]) -> str:
+        def one(key: str, r: dict[str, float]) -> str:
+            v = r[key]
+            return _signed(v) if key == "total_return" else f"{100 * v:.1f}%" if key == "max_drawdown" else (
+                f"{v:.2f}" if key == "sharpe" else f"{v:.3f}")  # fmt: skip
+
+        return " | ".join(" / ".join(one(k, r) for r in records) for k in figures)
+
+    for name, record in summary["baselines"]["test"].items():
+        rows.append(f"| {name.replace('_', ' ')} | {cells(record)} |")
+    for run in runs:
+        best, last = run["test_best_ckpt"], run["test_last_ckpt"]
+        chosen = run.get("best_ckpt_frames (chosen on validation)")
+        rows.append(f"| seed {run['seed']}, `best.ckpt` ({chosen} frames) / last | {cells(best, last)} |")
+        if "test_constant_exposure_best_ckpt" in run:
+            constant = (run["test_constant_exposure_best_ckpt"], run["test_constant_exposure_last_ckpt"])
+            rows.append(
+                f"| seed {run['seed']}, each one's mean exposure held constant | {cells(*constant)} |"
+            )
+    return "\n".join(rows)
+
+
 def _percent(rate: float) -> str:
     return f"{100 * rate:.1f}%"
 
@@ -190,6 +229,7 @@ TABLES: dict[str, Callable[..., str]] = {
     "options_hockey": options_hockey,
     "hockey_seed": hockey_seed,
     "goal_check": goal_check,
+    "trading": trading,
 }
 
 
