@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,25 @@ def run_name(algo: str, env_id: str) -> str:
     """A run's name from its algorithm and env: ``sac`` and ``MountainCarContinuous-v0`` ->
     ``sac_mountaincarcontinuous_v0``."""
     return f"{algo}_{re.sub(r'[^a-z0-9]+', '_', env_id.lower()).strip('_')}"
+
+
+def _unknown_key(key: str, others: list[str]) -> str:
+    """The line for an unknown ``key``: the close names beside it in the config the other overrides
+    compose, and, except for an algorithm's keys (its constructor's arguments, which take no new ones), how
+    to add a new key."""
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = OmegaConf.select(compose(others), parent) if parent else compose(others)
+    except CliError:
+        node = None
+    names = [str(k) for k in node] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(leaf, names, n=3)
+    hint = f" did you mean {', '.join(f'{parent}.{c}' if parent else c for c in close)}?" if close else ""
+    if parent == "algo":
+        return (
+            f"unknown config key '{key}': the algorithm takes no such argument;{hint} (its keys: conf/algo/)"
+        )
+    return f"unknown config key '{key}';{hint or ' check the spelling,'} or add a new key with +{key}=..."
 
 
 def compose(overrides: Sequence[str]) -> DictConfig:
@@ -97,7 +117,7 @@ def compose(overrides: Sequence[str]) -> DictConfig:
         msg = str(e.__cause__ or e).splitlines()[0]
         if "not in struct" in str(e.__cause__ or e) or "Could not override" in str(e):
             key = str(e).split("'")[1] if "'" in str(e) else "?"
-            msg = f"unknown config key '{key}'; check the spelling, or add a new key with +{key}=..."
+            msg = _unknown_key(key, [o for o in overrides if chosen_keys([o]) != {key}])
         raise CliError(msg) from None
     except (HydraException, OmegaConfBaseException) as e:
         raise CliError(str(e).splitlines()[0]) from None

@@ -54,6 +54,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
+    if cfg.split not in SPLITS:
+        raise ValueError(f"split={cfg.split}: choose one of {', '.join(SPLITS)}.")
     apply_process_settings(cfg)
     if cfg.video:
         check_video_format(cfg.eval.video.format)

@@ -9,6 +9,7 @@ algorithm's keys against its constructor's annotations.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import types
 import typing
@@ -132,6 +133,8 @@ def check_config(cfg: DictConfig) -> None:
         if key.startswith("_"):
             continue
         if key not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            raise CliError(f"algo.{key} is not an argument of {name}; see conf/algo/ for its keys.")
+            close = difflib.get_close_matches(key, [k for k in params if not k.endswith("_spec")], n=3)
+            hint = f" did you mean {', '.join(f'algo.{c}' for c in close)}?" if close else ""
+            raise CliError(f"algo.{key} is not an argument of {name};{hint} see conf/algo/ for its keys.")
         if key in hints:
             check_value(f"algo.{key}", value, hints[key])

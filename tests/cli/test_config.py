@@ -99,6 +99,20 @@ def test_help_lists_commands_and_experiments(capsys):
         (["fit", "+experiment=dqn_cartpole", "ckpt_path=/no/such.ckpt"], "checkpoint not found"),
         (["frobnicate"], "unknown command 'frobnicate'"),
         (["fit", "+experiment=dqn_cartpole", "algo.loss=huber"], "loss must be 'l2' or 'smooth_l1'"),
+        # A misspelt key gets its close names; an algorithm's gets no "+" advice (it takes no new arguments).
+        (
+            ["fit", "+experiment=dqn_cartpole", "algo.lrr=0.1"],
+            "takes no such argument; did you mean algo.lr?",
+        ),
+        (
+            ["fit", "+experiment=dqn_cartpole", "+algo.lrr=0.1"],
+            "not an argument of DQN; did you mean algo.lr?",
+        ),
+        (
+            ["fit", "+experiment=dqn_cartpole", "total_frame=5"],
+            "'total_frame'; did you mean total_frames? or add a new key with +",
+        ),
+        (["evaluate", "ckpt=x.ckpt", "split=training"], "split=training: choose one of validation, test"),
     ],
 )
 def test_bad_input_gives_one_clear_line_and_exit_code_2(args, message, capsys, tmp_path, monkeypatch):
