@@ -50,6 +50,7 @@ class FramesProgressBar(ProgressBar):
         self._task: Any = None
         self._last_draw = 0.0
         self._samples: deque[tuple[float, int]] = deque()
+        self._start: tuple[float, int] | None = None  # (time, frames) when a plain-text run began
 
     # ------------------------------------------------------------------ ProgressBar API
     @property
@@ -97,9 +98,14 @@ class FramesProgressBar(ProgressBar):
             post.append(f"eval {float(ev):.1f}")
         post.append(f"updates {dm.updates}")
         description = "warm-up" if dm.frames < dm.collect.warmup_frames else "frames"
+        if self._plain and force and self._start is not None:  # the last line: the whole run's figures
+            t0, f0 = self._start
+            rate = (frames - f0) / (now - t0) if now > t0 and frames > f0 else rate
         rate_text = f"{rate:,.0f} frames/s" if rate is not None else "- frames/s"
         if self._plain:
             left = f"{(total - frames) / rate:,.0f} s left" if rate else "- s left"
+            if force and self._start is not None:
+                left = f"done in {now - self._start[0]:,.0f} s"
             line = f"{description} {frames}/{total} ({frames / total:.0%}) · {rate_text} · {left}"
             print(" · ".join([line, *post]), flush=True)
             return
@@ -123,6 +129,7 @@ class FramesProgressBar(ProgressBar):
         self._plain = not console.is_terminal
         if self._plain:
             self._last_draw = time.perf_counter()
+            self._start = (self._last_draw, dm.frames)
             return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),

@@ -248,6 +248,8 @@ def test_without_a_terminal_progress_is_one_whole_line_every_few_seconds(tmp_pat
     lines = [ln for ln in proc.stdout.splitlines() if re.match(r"(warm-up|frames) \d+/600 \(\d+%\) · ", ln)]
     assert len(lines) >= 3 and lines[-1].startswith("frames 600/600 (100%) · ")
     assert "frames/s" in lines[-1] and "eval " in lines[-1] and "updates " in lines[-1]
+    # The last line gives the whole run's rate and time, not a dash.
+    assert re.search(r" · [\d,]+ frames/s · done in [\d,]+ s · ", lines[-1]), lines[-1]
     assert "━" not in proc.stdout and "\r" not in proc.stdout  # no bar drawn into the log
 
 
