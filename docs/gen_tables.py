@@ -150,6 +150,54 @@ def goal_check(name: str) -> str:
     return "\n".join(rows)
 
 
+def _rates(r: dict[str, Any]) -> str:
+    """``win / loss / draw`` of an episode summary that has them, else its mean return."""
+    if "win_rate" in r:
+        return " / ".join(_percent(r[f"{k}_rate"]) for k in ("win", "loss", "draw"))
+    return f"return {r['return_mean']:.1f}"
+
+
+def planning_calibration(name: str) -> str:
+    """``benchmarks/tdmpc2_planning.py``'s calibration: per checkpoint, scenario and way of acting, the
+    outcome, how much the planner's objective and the critics over-state the return that followed, how
+    often each ranks the plan above the prior, and how far apart the two actions are."""
+    rows = [
+        "| checkpoint (trained acting with) | scenario | acting | W / L / D or return | objective − return "
+        "| Q − return | objective ranks plan first | Q ranks plan first | plan-prior distance |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, ck in _result(name)["checkpoints"].items():
+        for scenario, sc in ck["scenarios"].items():
+            for mode, c in sc["calibration"].items():
+                rows.append(
+                    f"| `{label}` ({ck['trained_acting_with']}) | {scenario} | {mode} | {_rates(c)} "
+                    f"| {c['objective_taken_minus_return']:+.2f} | {c['q_taken_minus_return']:+.2f} "
+                    f"| {_percent(c['share_objective_plan_above_prior'])} "
+                    f"| {_percent(c['share_q_plan_above_prior'])} | {c['plan_prior_distance_mean']:.2f} |"
+                )
+    return "\n".join(rows)
+
+
+def planning_sweep(name: str) -> str:
+    """``benchmarks/tdmpc2_planning.py``'s sweep: the prior and each planner setting, per checkpoint and
+    scenario (win / loss / draw at hockey, the mean return elsewhere)."""
+    data = _result(name)["checkpoints"]
+    columns = [(label, scenario) for label, ck in data.items() for scenario in ck["scenarios"]]
+    rows = [
+        "| acting | " + " | ".join(f"`{label}` {scenario}" for label, scenario in columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    settings = ["prior", *next(iter(data.values()))["scenarios"][columns[0][1]]["sweep"]]
+    for setting in settings:
+        cells = []
+        for label, scenario in columns:
+            sc = data[label]["scenarios"][scenario]
+            cells.append(_rates(sc["prior"] if setting == "prior" else sc["sweep"][setting]))
+        acting = "policy prior (mean)" if setting == "prior" else f"planner: {setting}"
+        rows.append(f"| {acting} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def _signed(x: float) -> str:
     return f"{100 * x:+.1f}%".replace("-", "−")
 
@@ -230,6 +278,8 @@ TABLES: dict[str, Callable[..., str]] = {
     "hockey_seed": hockey_seed,
     "goal_check": goal_check,
     "trading": trading,
+    "planning_calibration": planning_calibration,
+    "planning_sweep": planning_sweep,
 }
 
 
