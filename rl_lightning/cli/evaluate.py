@@ -9,7 +9,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.process import apply_process_settings
-from rl_lightning.cli.run import container, env_config, make_logger, restore_module, seed_sets
+from rl_lightning.cli.run import (
+    check_env_imports,
+    container,
+    env_config,
+    make_logger,
+    restore_module,
+    seed_sets,
+)
 from rl_lightning.device import resolve_device
 from rl_lightning.training.evaluation import evaluate_variants
 from rl_lightning.training.loggers import is_mlflow
@@ -67,6 +74,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 f"plan={cfg.plan} chooses how TD-MPC2 acts; this checkpoint's algorithm has no planner."
             )
         saved.algo.mpc = bool(cfg.plan)
+    check_env_imports(saved, cfg)
     env_cfg = env_config(saved)
     module = restore_module(ckpt, saved, env_cfg)
     module.to(resolve_device(cfg.device))

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.cli.config import CliError
 from rl_lightning.cli.process import apply_process_settings
-from rl_lightning.cli.run import restore_module
+from rl_lightning.cli.run import check_env_imports, restore_module
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
 __all__ = ["FORMATS", "export", "export_module"]
@@ -64,6 +64,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     apply_process_settings(cfg)
     ckpt = load_checkpoint(cfg.ckpt)
     saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
+    check_env_imports(saved, cfg)
     module = restore_module(ckpt, saved)
     try:
         policy = module.export_policy()

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.cli.errors import USER_ERRORS
 from rl_lightning.cli.process import end_startup_pause, stop_when_output_closes
 from rl_lightning.cli.run import RUN_DIR_ENV, Run, build_run, container
+from rl_lightning.envs.factory import env_modules
 from rl_lightning.training.loggers import end_run, is_mlflow, record_file
 
 __all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
@@ -115,7 +116,9 @@ def _report(run: Run, seconds: float, frames_before: int, interrupted: bool) -> 
         tags["checkpoint.last"] = str(ck.last_path.resolve())
     if ck.best_path.is_file():
         print(f"best checkpoint: {_shown(ck.best_path)} ({_score(ck.best_score, ck.best_frames, monitor)})")
-        print(f"  evaluate it:   python -m rl_lightning evaluate ckpt={_shown(ck.best_path)}")
+        modules = env_modules(run.datamodule.env_cfg)  # a checkpoint imports the user's env when named
+        named = f" env.packages=[{','.join(modules)}]" if modules else ""
+        print(f"  evaluate it:   python -m rl_lightning evaluate ckpt={_shown(ck.best_path)}{named}")
         summary.update(best_ckpt=str(ck.best_path), best_score=ck.best_score, best_frames=ck.best_frames)
         tags.update({"checkpoint.best": str(ck.best_path.resolve()), "checkpoint.best_score": ck.best_score})
     if interrupted:

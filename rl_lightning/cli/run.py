@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from rl_lightning.cli.validate import check_config
 from rl_lightning.data.datamodule import RANK_SEED_STRIDE, CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.device import resolve_device
-from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.envs.factory import EnvConfig, check_spaces, env_modules, make_env
 from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint, replay_path
 from rl_lightning.training.evaluation import EvalCallback, VideoSettings
 from rl_lightning.training.feedback import UpdateFeedback
@@ -38,7 +39,8 @@ from rl_lightning.training.video import check_video_format
 RUN_DIR_ENV = "RL_LIGHTNING_RUN_DIR"
 
 __all__ = [
-    "RUN_DIR_ENV", "Run", "build_module", "build_run", "container", "env_config", "make_logger", "seed_sets",
+    "RUN_DIR_ENV", "Run", "build_module", "build_run", "check_env_imports", "container", "env_config",
+    "make_logger", "seed_sets",
     "tracking_uri",
 ]  # fmt: skip
 
@@ -50,6 +52,23 @@ def container(node: Any) -> Any:
 
 def env_config(cfg: DictConfig) -> EnvConfig:
     return EnvConfig.from_mapping(container(cfg.env))
+
+
+def check_env_imports(saved: DictConfig, cfg: DictConfig) -> None:
+    """Refuses, in one line, to make the env of a stored run whose modules this command did not name.
+
+    A checkpoint may come from elsewhere: the modules its env needs (``env.packages`` and the module of a
+    ``module:Id`` id) run code when imported, so ``evaluate`` and ``export`` import one only when the user
+    names it on their command line (``env.packages=[module]``) or it is imported already.
+    """
+    named = set(cfg.env.get("packages") or ())
+    missing = [m for m in env_modules(env_config(saved)) if m not in named and m not in sys.modules]
+    if missing:
+        listed = ",".join(missing)
+        raise CliError(
+            f"this checkpoint's env ({saved.env.id}) needs module(s) {listed}, and a checkpoint never "
+            f"imports code by itself: name them to import them, env.packages=[{listed}]."
+        )
 
 
 def seed_sets(run: DictConfig, test_seed: int, test_episodes: int, ranks: int | None = None) -> SeedSets:
@@ -341,6 +360,8 @@ def _build(cfg: DictConfig, run_dir: Path, ckpt: str | None, created: bool) -> R
     except ValueError as err:
         raise CliError(str(err)) from None
     env_cfg = env_config(cfg)
+    if env_modules(env_cfg):  # the user's own env: its spaces checked once, before anything is built
+        check_spaces(env_cfg)
     device = resolve_device(cfg.device)
     module = build_module(cfg, env_cfg)
     stop = StopOnInterrupt()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,10 @@ from rl_lightning.envs.images import (
 )
 from rl_lightning.envs.vector import GymVecEnv
 
-__all__ = ["EnvConfig", "UnknownEnvError", "check_env_id", "make_env", "make_gym_env"]
+__all__ = [
+    "EnvConfig", "UnknownEnvError", "check_env_id", "check_spaces", "env_modules", "import_env_packages",
+    "make_env", "make_gym_env",
+]  # fmt: skip
 
 
 class UnknownEnvError(ValueError):
@@ -43,6 +47,8 @@ class EnvConfig:
             ``FrameStackObservation``, the first observation repeated at an episode's start); 1: none.
         reward_clip: training envs see rewards clipped to their sign (evaluation and the logged episode
             returns keep the env's own).
+        packages: modules imported before the env is made, which register ids of their own (the RL zoo's
+            ``--gym-packages``); an ``id`` of gymnasium's form ``module:Id`` imports ``module`` itself.
     """
 
     id: str
@@ -55,6 +61,7 @@ class EnvConfig:
     preprocess: str | None = None
     frame_stack: int = 1
     reward_clip: bool = False
+    packages: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.preprocess is not None and self.preprocess not in PREPROCESSING:
@@ -72,16 +79,58 @@ class EnvConfig:
         return cls(**dict(cfg))
 
 
-def check_env_id(env_id: str) -> None:
-    """Raises :class:`UnknownEnvError` with close matches when ``env_id`` is not registered."""
+def env_modules(cfg: EnvConfig) -> list[str]:
+    """The modules making ``cfg``'s env imports: its ``packages`` and the module of a ``module:Id`` id."""
+    module = cfg.id.partition(":")[0] if ":" in cfg.id else None
+    return [*cfg.packages, *([module] if module else [])]
+
+
+def import_env_packages(packages: Sequence[str]) -> None:
+    """Imports each of ``packages`` (their import registers their ids); one line naming what failed."""
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise UnknownEnvError(
+                f"cannot import env package '{name}' ({err}); put it on the Python path (the directory you "
+                "run from is) or install it."
+            ) from None
+
+
+def check_env_id(env_id: str, packages: Sequence[str] = ()) -> None:
+    """Raises :class:`UnknownEnvError` with close matches when ``env_id`` is not registered, after
+    importing ``packages`` and, for gymnasium's ``module:Id`` form, ``module``."""
     register_envs()  # our own ids (idempotent)
-    register_image_envs(env_id)
-    if env_id in gym.registry:
+    import_env_packages(packages)
+    module, _, bare = env_id.rpartition(":")
+    if module:
+        import_env_packages([module])
+    register_image_envs(bare)
+    if bare in gym.registry:
         return
-    check_image_env_available(env_id)
-    close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+    check_image_env_available(bare)
+    close = difflib.get_close_matches(bare, list(gym.registry), n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise UnknownEnvError(f"Unknown gymnasium id '{env_id}'.{hint} Set env.id to a registered id.")
+    where = f" Module '{module}' registers no such id." if module else ""
+    raise UnknownEnvError(
+        f"Unknown gymnasium id '{bare}'.{where}{hint} Set env.id to a registered id, or to module:Id for an "
+        "env your own module registers (env.packages=[module] imports such modules first)."
+    )
+
+
+def check_spaces(cfg: EnvConfig) -> None:
+    """Runs gymnasium's env checker once on one env of ``cfg`` (its spaces, reset and step against them);
+    a mismatch is one line naming the problem."""
+    from gymnasium.utils.env_checker import check_env
+
+    env = make_gym_env(cfg)
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    except AssertionError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UnknownEnvError(f"env.id={cfg.id} fails gymnasium's env checker: {first}") from None
+    finally:
+        env.close()
 
 
 def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
@@ -91,6 +140,7 @@ def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
 
     def build() -> gym.Env:
         register_envs()  # worker processes register our ids too
+        import_env_packages(cfg.packages)  # and import the user's env packages
         register_image_envs(cfg.id)
         # The passive checker costs a little on every step and is meant for env authors.
         env = preprocess(cfg.preprocess, cfg.id, kwargs)
@@ -106,7 +156,7 @@ def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
 
 def make_gym_env(cfg: EnvConfig) -> gym.Env:
     """One plain gymnasium env of ``cfg`` (for rendering; training and evaluation use :func:`make_env`)."""
-    check_env_id(cfg.id)
+    check_env_id(cfg.id, cfg.packages)
     return _env_fn(cfg)()
 
 
@@ -121,7 +171,7 @@ def make_env(
         seed: seeds every env (env ``i`` gets ``seed + i``) and its action space.
         train: the training envs of a run: rewards clipped with ``cfg.reward_clip`` (never for evaluation).
     """
-    check_env_id(cfg.id)
+    check_env_id(cfg.id, cfg.packages)
     n = cfg.num_envs if num_envs is None else num_envs
     env = GymVecEnv(
         [_env_fn(cfg)] * n,
