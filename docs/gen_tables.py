@@ -44,6 +44,21 @@ def _result(name: str) -> dict[str, Any]:
     return json.loads((RESULTS / f"{name}.json").read_text())
 
 
+def readme(*heading: str) -> str:
+    """A section of README.md as the docs show it: the text under ``## <heading>`` (no words: the text
+    before the first section), its links into ``docs/`` made relative to the docs."""
+    text = (ROOT / "README.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)
+    if heading:
+        title = " ".join(heading)
+        body = next(s for s in sections[1:] if s.splitlines()[0].strip() == title).split("\n", 1)[1]
+        body = f"## {title}\n{body}"
+    else:
+        body = sections[0].split("\n", 1)[1]  # after the title line
+    body = re.sub(r"\]\(docs/", "](", body)
+    return body.strip()
+
+
 def learning(suite: str, *entries: str) -> str:
     """The learning table of a suite's results (``benchmarks/learning.py``'s ``markdown_table``): its
     threshold entries, or the ``entries`` named, in that order; those not run yet are left out."""
@@ -270,6 +285,7 @@ def hockey_agent(name: str) -> str:
 #: Renderer name -> the function that renders its table from its arguments (the speed and memory tables'
 #: renderers live in ``tables_speed.py`` beside this file).
 TABLES: dict[str, Callable[..., str]] = {
+    "readme": readme,
     "learning": learning,
     "learning_seeds": learning_seeds,
     "hockey_agent": hockey_agent,
