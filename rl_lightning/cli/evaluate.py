@@ -57,7 +57,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     ``video=true`` also writes a video of ``eval.video.episodes`` episodes beside the checkpoint (and logs
     it as an MLflow artifact).
     ``plan=true|false`` evaluates a TD-MPC2 checkpoint with or without the planner, whichever its run used
-    (``algo.mpc`` only chooses how the module acts: the weights are the same).
+    (``algo.mpc`` only chooses how the module acts: the weights are the same); with ``plan=true``,
+    ``planner.horizon=3`` (``iterations``, ``num_samples``, ...) plans with other settings than the run's.
     """
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
@@ -74,6 +75,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 f"plan={cfg.plan} chooses how TD-MPC2 acts; this checkpoint's algorithm has no planner."
             )
         saved.algo.mpc = bool(cfg.plan)
+    changed = {k: v for k, v in container(cfg.get("planner") or {}).items() if v is not None}
+    if changed:
+        if "mpc" not in saved.algo or not saved.algo.mpc:
+            raise ValueError("planner.* sets how TD-MPC2 plans in evaluation: add plan=true (TD-MPC2 only).")
+        saved.algo.update(changed)
     check_env_imports(saved, cfg)
     env_cfg = env_config(saved)
     module = restore_module(ckpt, saved, env_cfg)

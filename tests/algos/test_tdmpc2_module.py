@@ -348,3 +348,16 @@ def test_a_planning_agents_snapshot_acts_with_its_prior() -> None:
     torch.testing.assert_close(module.snapshot_policy()(obs), expected)
     prior = make_module("HockeyVsOpponent-v0", mpc=False, episode_length=251)
     torch.testing.assert_close(prior.snapshot_policy()(obs), prior.export_policy()(obs))
+
+
+def test_a_checkpoint_plans_with_another_horizon_than_it_trained_with() -> None:
+    """``evaluate plan=true planner.horizon=3`` on a horizon-1 run: the weights load, and the collection
+    planner's warm start (the last plan's mean, whose shape follows the horizon) starts cold."""
+    one = make_module(horizon=1)
+    ckpt = {"state_dict": {k: v.clone() for k, v in one.state_dict().items()}}
+    ckpt["state_dict"]["planner.warm_start.value"].fill_(0.5)
+    three = make_module(horizon=3, seed=1)
+    three.on_load_checkpoint(ckpt)
+    three.load_state_dict(ckpt["state_dict"])
+    assert three.planner.prev_mean.shape == (1, 3, 1) and not three.planner.prev_mean.any()
+    assert all(torch.equal(a, b) for a, b in zip(one.model.parameters(), three.model.parameters()))

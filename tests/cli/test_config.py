@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rl_lightning.algos.base import RLModule
@@ -88,6 +90,9 @@ def test_help_lists_commands_and_experiments(capsys):
     assert "fit" in out and "evaluate" in out and "dqn_cartpole" in out and "rl_lightning ui" in out
 
 
+AGENTS = Path(__file__).resolve().parents[2] / "benchmarks" / "agents"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -113,6 +118,7 @@ def test_help_lists_commands_and_experiments(capsys):
             "'total_frame'; did you mean total_frames? or add a new key with +",
         ),
         (["evaluate", "ckpt=x.ckpt", "split=training"], "split=training: choose one of validation, test"),
+        (["evaluate", f"ckpt={AGENTS}/hockey_tdmpc2.ckpt", "planner.horizon=3"], "add plan=true"),
     ],
 )
 def test_bad_input_gives_one_clear_line_and_exit_code_2(args, message, capsys, tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ see their docstrings); this module wires them to the framework's protocol.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -260,6 +260,15 @@ class TDMPC2(RLModule):
                 "trained with algo.mpc=false, or load the checkpoint with the framework to plan."
             )
         return _PriorPolicy(self.model, self.actions)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Older names first (the base's); then a collection planner's warm start of another horizon (a
+        checkpoint evaluated with ``planner.horizon=...``) starts cold: it is the last plan's mean, state of
+        the collection, not a weight."""
+        super().on_load_checkpoint(checkpoint)
+        state, key = checkpoint.get("state_dict", {}), "planner.warm_start.value"
+        if key in state and state[key].shape != self.planner.prev_mean.shape:
+            state[key] = torch.zeros_like(self.planner.prev_mean)
 
     def snapshot_policy(self) -> nn.Module:
         """The policy prior's mean action, planning or not: a self-play opponent acts without a planner."""
