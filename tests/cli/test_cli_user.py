@@ -261,11 +261,30 @@ def test_ui_prints_the_address_of_the_runs_curves(tmp_path: Path, monkeypatch, c
     out = capsys.readouterr().out
     client = mlflow_client(tmp_path)
     experiment = client.get_experiment_by_name("rl_lightning")
-    address = f"http://127.0.0.1:5123/#/experiments/{experiment.experiment_id}/runs?"
-    assert f"open {address}workflowType=machine_learning&compareRunsMode=CHART" in out
+    assert f"open http://127.0.0.1:5123/rl-lightning/experiments/{experiment.experiment_id}\n" in out
     assert f"sqlite:///{tmp_path / 'mlflow.db'}" in out
     # The experiment is tagged as model training (MLflow's own hint, which the address makes certain).
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+
+
+def test_the_ui_page_stores_the_model_training_view_and_opens_the_runs() -> None:
+    """The app plugin's page (served by `ui`) writes the UI's workflow type where MLflow 3's UI reads it,
+    and opens the experiment's runs as charts in that view; an id is a number, nothing else."""
+    from fastapi.testclient import TestClient
+
+    from rl_lightning.training.mlflow_app import OPEN_ROUTE, STORAGE_KEY, app
+
+    page = TestClient(app, base_url="http://localhost").get(OPEN_ROUTE.format(experiment_id=7))
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert f'localStorage.setItem("{STORAGE_KEY}", "\\"machine_learning\\"")' in page.text
+    assert (
+        'location.replace("/#/experiments/7/runs?workflowType=machine_learning&compareRunsMode=CHART")'
+        in page.text
+    )
+    assert (
+        TestClient(app, base_url="http://localhost").get("/rl-lightning/experiments/x<script>").status_code
+        == 422
+    )
 
 
 def test_ui_without_runs_opens_the_experiments_and_refuses_other_loggers(
