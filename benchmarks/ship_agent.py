@@ -3,6 +3,7 @@
     python benchmarks/ship_agent.py CKPT benchmarks/agents/NAME.ckpt --name hockey_agent_NAME
         [--games 200] [--goals weak_win=0.8 strong_win=0.5]
         [--recipe "python benchmarks/learning.py hockey --only EXPERIMENT"] [--plan true|false] [--both-modes]
+        [--planner horizon=3 ...]
 
 The shipped file keeps the weights, the run's config and the module's extra state (what ``evaluate``
 needs) and drops ``optimizer_states`` and ``lr_schedulers`` (two thirds of an Adam run's checkpoint).
@@ -11,7 +12,8 @@ needs) and drops ``optimizer_states`` and ``lr_schedulers`` (two thirds of an Ad
 games ``tests/training/test_shipped_agent.py`` replays), and ``benchmarks/results/<name>.json`` gets the
 rates with their 95% Wilson intervals beside the goals (``<opponent>_win``: a least win rate,
 ``<opponent>_loss_max``: a largest loss rate) under ``shipped``. ``--both-modes`` (TD-MPC2) also plays the
-same games acting the other way (planning against the policy prior), under ``shipped["other_mode"]``.
+same games acting the other way (planning against the policy prior), under ``shipped["other_mode"]``, and
+``--planner KEY=VALUE ...`` planning with other settings than the run's (``planner_variant``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def main() -> None:
     parser.add_argument("--recipe", default="", help="the command that trained the run")
     parser.add_argument("--plan", choices=("true", "false"), help="evaluate's plan= (TD-MPC2)")
     parser.add_argument("--both-modes", action="store_true", help="TD-MPC2: also evaluate the other plan=")
+    parser.add_argument("--planner", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="TD-MPC2: also plan with these settings (planner.KEY=VALUE)")  # fmt: skip
     args = parser.parse_args()
     if args.both_modes and not args.plan:
         parser.exit(2, "ship_agent: --both-modes needs --plan true|false (the mode the agent ships with).\n")
@@ -104,9 +108,31 @@ def main() -> None:
             "reproduce": shipped["reproduce"].replace(f"plan={args.plan}", f"plan={other}"),
             **({"goals_met": goals_met(outcomes(stats), goals)} if goals else {}),
         }
-    # A record shipped before keeps what this script does not write (how the run was trained, its lineage).
+    if args.planner:
+        settings = [f"planner.{kv}" for kv in args.planner]
+        stats = evaluate("plan=true", *settings)
+        shipped["planner_variant"] = {
+            "plan": True,
+            "planner": dict(kv.split("=", 1) for kv in args.planner),
+            "evaluation": rates(stats, args.games),
+            "reproduce": " ".join(
+                [
+                    "python -m rl_lightning evaluate",
+                    f"ckpt={args.out}",
+                    f"episodes={args.games}",
+                    "plan=true",
+                    *settings,
+                ]
+            ),
+            **({"goals_met": goals_met(outcomes(stats), goals)} if goals else {}),
+        }
+    # A record shipped before keeps what this script does not write (how the run was trained, its lineage),
+    # and the same checkpoint's other way of acting where this call does not evaluate it again.
     previous = RESULTS / f"{args.name}.json"
     kept = json.loads(previous.read_text()) if previous.is_file() else {}
+    before = kept.get("shipped", {})
+    if not args.both_modes and "other_mode" in before and before.get("frames") == frames:
+        shipped["other_mode"] = before["other_mode"]
     kept = {k: v for k, v in kept.items() if k not in ("benchmark", "when", "command", "machine", "shipped")}
     recipe = args.recipe or kept.pop("recipe", "")
     path = write(args.name, {**kept, "recipe": recipe, "shipped": shipped})

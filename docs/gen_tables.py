@@ -267,13 +267,19 @@ def hockey_agent(name: str) -> str:
     modes = [(shipped, shipped.get("plan"))]
     if "other_mode" in shipped:
         modes.append((shipped["other_mode"], shipped["other_mode"]["plan"]))
+    if "planner_variant" in shipped:
+        modes.append((shipped["planner_variant"], shipped["planner_variant"]["planner"]))
     games = shipped["games_per_opponent"]
     rows = [
         "| acting | opponent | test games | win [95% CI] | loss [95% CI] | draw |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for record, plan in modes:
-        acting = {None: "its policy", True: "planning (MPPI)", False: "policy prior"}[plan]
+        acting = (
+            "planning, " + ", ".join(f"{k} {v}" for k, v in plan.items())
+            if isinstance(plan, dict)
+            else {None: "its policy", True: "planning (MPPI)", False: "policy prior"}[plan]
+        )
         for opponent, r in sorted(record["evaluation"].items(), key=lambda kv: kv[0] != "weak"):
             rows.append(
                 f"| {acting} | {opponent} | {games} | {_percent(r['win'])} {_wilson(r['win_wilson'])} "
