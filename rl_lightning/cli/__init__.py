@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.cli.config import CONF_DIR, CliError, chosen_keys, compose, experiments
 from rl_lightning.cli.process import end_startup_pause, quiet_libraries, restore_process_settings
 
-__all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main"]
+__all__ = ["COMMANDS", "CONF_DIR", "CliError", "compose", "experiments", "main", "require_run_choice"]
 
 #: Commands whose start-up goes on after their imports: they end the collector's start-up pause themselves
 #: once their run is built (``end_startup_pause``).
@@ -133,7 +133,7 @@ def _help_text() -> str:
     return USAGE.format(commands=commands, experiments=exps)
 
 
-def _require_run_choice(overrides: Sequence[str]) -> None:
+def require_run_choice(overrides: Sequence[str]) -> None:
     """``fit`` without an experiment (or an algorithm and an env) would train an arbitrary default."""
     chosen = chosen_keys(overrides)
     if "experiment" in chosen or ("algo" in chosen and {"env", "env.id"} & chosen):
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if multirun and command != "fit":
             raise CliError(f"-m/--multirun sweeps over fit, not {command}.")
         if command == "fit" and not print_cfg:
-            _require_run_choice(overrides)
+            require_run_choice(overrides)
         if multirun:
             from rl_lightning.cli.sweep import multirun as sweep
 
