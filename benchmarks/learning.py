@@ -416,7 +416,7 @@ def markdown_table(results: dict[str, Any], entries: list[str] | None = None) ->
     on the validation episodes saw. The README's and the docs' tables are this text (``docs/gen_tables.py``,
     checked by a test)."""
     rows = [
-        "| experiment | goal | test: seeds reaching it | test: final evaluation, IQM [95% CI] "
+        "| entry | goal | test: seeds reaching it | test: final evaluation, IQM [95% CI] "
         "| validation: seeds reaching it in training | validation: first reached at (median) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -440,7 +440,7 @@ def markdown_table(results: dict[str, Any], entries: list[str] | None = None) ->
                 final += f"; last checkpoint: {_estimate(summary['final_eval_last'], last)}"
                 reaching += f" (last checkpoint: {thr['last_checkpoints_reaching']})"
         rows.append(
-            f"| `{data['experiment']}` | {thr['value']:g} within {_frames(thr['within_frames'])} frames "
+            f"| `{name}` | {thr['value']:g} within {_frames(thr['within_frames'])} frames "
             f"| {reaching} | {final} | {thr['seeds_reaching']} of {summary['seeds']} | {when} |"
         )
     return "\n".join(rows)

@@ -297,7 +297,8 @@ def test_smoke_fit_through_the_cli(name: str, extra: list[str], tmp_path: Path) 
         module.on_load_checkpoint(ckpt)
         returns = []
         for plan in (False, True):
-            proc = run_main(tmp_path, "evaluate", f"ckpt={last}", "episodes=1", f"plan={str(plan).lower()}")
+            proc = run_main(tmp_path, "evaluate", f"ckpt={last}", "episodes=1", f"plan={str(plan).lower()}",
+                            "split=validation")  # fmt: skip
             assert proc.returncode == 0, proc.stderr[-2000:]
             module.hparams.mpc = plan
             expected = evaluate_policy(module, env_config(cfg), 1, int(cfg.eval.seed))

@@ -90,11 +90,11 @@ def test_the_learning_table_shows_test_figures_first_and_intervals_from_five_see
     other = {"experiment": "y", "seeds": {}, "summary": {"seeds": 0}}  # no threshold: no row
     results = {"entries": {"e": {"experiment": "x", "seeds": seeds, "summary": summary}, "other": other}}
     header, rule, row = learning.markdown_table(results).splitlines()
-    assert header.startswith("| experiment | goal | test: seeds reaching it | test: final evaluation")
+    assert header.startswith("| entry | goal | test: seeds reaching it | test: final evaluation")
     # Four seeds: no interval, the seeds' values; test: 3 best checkpoints and 2 last ones reach 475;
     # validation: 3 seeds reached it, the median of 10240, 20480, 30720 frames.
     assert row == (
-        "| `x` | 475 within 50k frames | 3 of 4 (last checkpoint: 2) | per seed: 500, 300, 480, 500 (best "
+        "| `e` | 475 within 50k frames | 3 of 4 (last checkpoint: 2) | per seed: 500, 300, 480, 500 (best "
         "checkpoint, 100 episodes); last checkpoint: per seed: 480, 300, 100, 500 | 3 of 4 | 20.5k |"
     )
     assert header.count("|") == rule.count("|") == row.count("|")

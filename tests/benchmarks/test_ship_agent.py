@@ -27,8 +27,13 @@ def test_a_shipped_checkpoint_keeps_what_evaluate_needs_and_records_rates(load_b
     proc = run_main(tmp_path, "evaluate", f"ckpt={tmp_path / 'agent.ckpt'}", "episodes=2", "logger=none")
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
-    by_opponent = ship.rates(stats)
+    by_opponent = ship.rates(stats, 2)
     assert set(by_opponent) == {"weak", "strong"}
-    assert by_opponent["weak"] == {r: stats[f"weak/{r}_rate"] for r in ("win", "loss", "draw")}
+    weak = by_opponent["weak"]
+    assert {r: weak[r] for r in ("win", "loss", "draw")} == {
+        r: stats[f"weak/{r}_rate"] for r in ("win", "loss", "draw")
+    }
+    # Each rate over the games with its 95% Wilson interval (2 games: wide).
+    assert weak["win_wilson"]["low"] <= weak["win"] <= weak["win_wilson"]["high"]
     met = ship.goals_met(ship.outcomes(stats), {"weak_win": 0.0, "strong_loss_max": 1.0})
     assert met == {"weak_win": True, "strong_loss_max": True}

@@ -85,8 +85,8 @@ def test_fit_says_what_it_runs_and_where_the_checkpoints_are(
     assert f"last checkpoint: {summary['last_ckpt']}" in out
     assert f"best checkpoint: {summary['best_ckpt']} (eval/return_mean {summary['best_score']:.2f}" in out
     assert f"python -m rl_lightning evaluate ckpt={summary['best_ckpt']}" in out
-    # Evaluating the best checkpoint replays the evaluation that made it best: the same score.
-    assert main(["evaluate", f"ckpt={summary['best_ckpt']}", "logger=none"]) == 0
+    # Evaluating the best checkpoint on the validation split replays the evaluation that made it best.
+    assert main(["evaluate", f"ckpt={summary['best_ckpt']}", "split=validation", "logger=none"]) == 0
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert stats["return_mean"] == pytest.approx(summary["best_score"], abs=1e-4)
 
