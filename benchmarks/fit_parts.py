@@ -37,13 +37,28 @@ warm-up and compilation:
 
     python benchmarks/fit_parts.py +experiment=tdmpc2_hockey callbacks=fast device=cuda logger=none \
         total_frames=2500 collect.warmup_frames=300 --sync --from-frames 1500
+
+``--before REV``: a change's before and after in one run. The tree at ``REV`` is checked out into a
+temporary git worktree; each of ``--rounds`` rounds runs this script on ``OVERRIDES`` twice, once with the
+worktree first on ``PYTHONPATH`` (its ``rl_lightning`` and ``callbacks``) and once with this tree first, the
+order swapped every round, so both sides meet the same machine load. The harness is this tree's for both
+(the parts it times must exist in ``REV``); the "after" side is this working tree as it is, uncommitted
+changes included (the JSON says so). Writes ``benchmarks/results/revision_ab_<NAME>.json`` (``--name``,
+default the experiment): every run's microseconds per frame of each part and its wall time, each side's
+median per part, and the ratio after / before (below 1: the change made the part cheaper):
+
+    python benchmarks/fit_parts.py --before 54c9e2c --rounds 2 --from-frames 3000 \
+        --name rainbow_minatar_noisy_addcmul +experiment=rainbow_minatar ...
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +66,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import experiment_of, override_value, write
+from _common import ROOT, experiment_of, override_value, write
 
 SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
@@ -189,7 +204,13 @@ def main() -> None:
     parser.add_argument("--from-frames", type=int, default=0, help="count from this many frames on")
     parser.add_argument("--ops", action="store_true", help="count operations and host reads per part")
     parser.add_argument("--json", type=Path, help="write the figures here instead of benchmarks/results/")
+    parser.add_argument("--before", help="the revision before a change: time both sides, alternating")
+    parser.add_argument("--rounds", type=int, default=2, help="--before: rounds of both sides")
+    parser.add_argument("--name", help="--before: the result's name (default: the experiment)")
     args = parser.parse_args()
+    if args.before:
+        before_and_after(args)
+        return
     json_path = args.json.resolve() if args.json else None  # before the run's own directory is entered
     STATE.update(counting=args.from_frames <= 0, sync=args.sync, ops=args.ops)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +261,7 @@ def main() -> None:
                 else {}
             ),
         }
-        for part in ("update", "collection", "act", "add_frames", "replay_sample", "training_step")
+        for part in PARTS
     }
     figures = {
         "overrides": args.overrides,
@@ -258,6 +279,71 @@ def main() -> None:
         ops = f"  {figures['ops_per_frame']:9.1f} ops/frame" if "ops_per_frame" in figures else ""
         print(f"{part:14s} {seconds:8.2f} s  {calls:7d} calls  {per_call:9.1f} us{ops}")
     print(path)
+
+
+PARTS = ("update", "collection", "act", "add_frames", "replay_sample", "training_step")
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def run_side(tree: Path, overrides: list[str], extra: list[str], out: Path) -> dict:
+    """One run of this script with ``tree``'s package first on the path; returns its figures."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
+    json_path = out / "figures.json"
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *overrides, *extra, "--out", str(out),
+         "--json", str(json_path)],
+        cwd=tree, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"fit_parts.py failed in {tree} (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return json.loads(json_path.read_text())
+
+
+def before_and_after(args: argparse.Namespace) -> None:
+    """``--before``: both sides, alternating, into ``revision_ab_<NAME>.json`` (the module docstring)."""
+    before = git("rev-parse", "--short", args.before)
+    extra = ["--from-frames", str(args.from_frames)] if args.from_frames else []
+    work = Path(tempfile.mkdtemp(prefix="revision_ab_"))
+    worktree = work / "before"
+    git("worktree", "add", "--detach", str(worktree), before)
+    try:
+        trees = {"before": worktree, "after": ROOT}
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for i in range(args.rounds):
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for side in order:
+                out = work / f"{side}_{i}"
+                out.mkdir()
+                figures = run_side(trees[side], args.overrides, extra, out)
+                per_frame = {p: figures["parts"][p].get("us_per_frame") for p in PARTS}
+                runs[side].append({"wall_s": figures["wall_s"], **per_frame})
+                print(side, i, dict(runs[side][-1]), flush=True)
+    finally:
+        git("worktree", "remove", "--force", str(worktree))
+    median = {
+        side: {p: statistics.median(r[p] for r in rs) for p in (*PARTS, "wall_s") if rs[0][p] is not None}
+        for side, rs in runs.items()
+    }
+    ratio = {p: round(median["after"][p] / median["before"][p], 3) for p in median["before"]}
+    payload = {
+        "before": before,
+        "after": git("rev-parse", "--short", "HEAD")
+        + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""),
+        "overrides": args.overrides,
+        "from_frames": args.from_frames,
+        "rounds": args.rounds,
+        "us_per_frame": runs,
+        "median_us_per_frame": median,
+        "ratio_after_to_before": ratio,
+    }
+    print(json.dumps({"median_us_per_frame": median, "ratio_after_to_before": ratio}, indent=1))
+    write(f"revision_ab_{args.name or experiment_of(args.overrides)}", payload)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python benchmarks/tdmpc2_planning.py LABEL=CKPT [LABEL=CKPT ...] [--games 20] [--sweep-games 20]
         [--sweep NAME ...] [--out tdmpc2_planning]
+    python benchmarks/tdmpc2_planning.py --goals LABEL=CKPT [LABEL=CKPT ...] [--games 30] [--opponent weak]
+        [--out tdmpc2_goal_check]
 
 For each checkpoint, on each of its evaluation scenarios (hockey: the weak and the strong opponent; other
 envs: the env itself), on episodes of their own (seeds from 700000, apart from validation and test):
@@ -18,6 +20,22 @@ envs: the env itself), on episodes of their own (seeds from 700000, apart from v
 - ``sweep``: the planner's settings changed one at a time (horizon, iterations, samples, elites,
   temperature, the share of prior trajectories, the initial std, the reference's sampled elite in eval
   mode): the return, and at hockey the win, loss and draw rates, over ``--sweep-games`` episodes each.
+
+``--goals``: what a hockey checkpoint's reward head and critics know of goals, read along games its prior
+plays. For each checkpoint the policy prior (its mean action, as ``evaluate`` plays it) plays
+``--games`` NORMAL games. At every step the script reads the reward head's prediction for the action taken
+and ``Q(z, a)`` (the mean of two critics, as the prior's objective reads them) at the encoded observation,
+and sets them beside the reward that followed and the discounted return from that step on (with the
+checkpoint's discount):
+
+- ``reward_on_goal_steps``: the mean prediction on the steps that scored (+10 received) and conceded (-10);
+  a model that has learned goals predicts about +10 and -10 there;
+- ``q_vs_return``: the correlation of ``Q`` with the return that followed, and the mean ``Q`` per band of
+  that return: a critic that tells a scoring position from a conceding one rises across the bands.
+
+A goal's transition is the last step of its episode, so a slice of ``H`` steps that must lie inside one
+episode holds it only in its last place: the reward and the value of a goal are then learned only on
+latents rolled out ``H - 1`` steps, with the weight ``rho ** (H - 1)`` (``docs/hockey.md``).
 """
 
 from __future__ import annotations
@@ -37,6 +55,7 @@ from omegaconf import OmegaConf
 from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
 from rl_lightning.cli.run import container, env_config, restore_module
 from rl_lightning.envs.factory import make_gym_env
+from rl_lightning.envs.hockey import HockeyVsOpponentEnv
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
 
 #: The episodes' first seed (episode i plays SEED + i): apart from the validation and test seeds.
@@ -220,13 +239,87 @@ def calibrate(ck: Checkpoint, make: Callable[[], Any], games: int) -> dict[str, 
     return out
 
 
+#: Bands of the discounted return that followed a step (a goal pays 10).
+GOAL_BANDS = ((-np.inf, -3.0), (-3.0, -0.5), (-0.5, 0.5), (0.5, 3.0), (3.0, np.inf))
+GOAL_SEED = 500  # ``--goals``: the games' first seed; game i plays GOAL_SEED + i
+
+
+@torch.no_grad()
+def goal_check(path: Path, games: int, opponent: str) -> dict[str, Any]:
+    """Plays ``games`` games with the checkpoint's prior and reads its reward head and critics."""
+    ckpt = load_checkpoint(str(path))
+    saved = OmegaConf.create(ckpt[CONFIG_KEY]["config"])
+    module = restore_module(ckpt, saved)
+    model, gamma = module.model, float(module.discount)
+    env = HockeyVsOpponentEnv(opponent=opponent)
+    predicted, values, rewards, returns, winners = [], [], [], [], []
+    for game in range(games):
+        obs, _ = env.reset(seed=GOAL_SEED + game)
+        episode_rewards, done = [], False
+        while not done:
+            z = model.encode(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))
+            action = model.pi(z).mean
+            predicted.append(float(model.predict_reward(z, action)))
+            values.append(float(model.Q(z, action, "avg")))
+            obs, reward, terminated, truncated, info = env.step(module.actions.to_env(action)[0].numpy())
+            episode_rewards.append(reward)
+            done = terminated or truncated
+        following, episode_returns = 0.0, []
+        for reward in reversed(episode_rewards):
+            following = reward + gamma * following
+            episode_returns.append(following)
+        returns += episode_returns[::-1]
+        rewards += episode_rewards
+        winners.append(int(info["winner"]))
+    predicted, values, rewards, returns = map(np.asarray, (predicted, values, rewards, returns))
+    scored, conceded = rewards > 5, rewards < -5
+    return {
+        "checkpoint": str(path),
+        "frames": int(ckpt["RLDataModule"]["frames"]),
+        "horizon": int(saved.algo.horizon),
+        "discount": round(gamma, 5),
+        "games": games,
+        "opponent": opponent,
+        "win_loss_draw": [winners.count(1), winners.count(-1), winners.count(0)],
+        "reward_on_goal_steps": {
+            "scored": {"steps": int(scored.sum()), "predicted_mean": _array_mean(predicted[scored])},
+            "conceded": {"steps": int(conceded.sum()), "predicted_mean": _array_mean(predicted[conceded])},
+            "other_steps_abs_error": _array_mean(np.abs(predicted - rewards)[~(scored | conceded)]),
+        },
+        "q_vs_return": {
+            "correlation": round(float(np.corrcoef(values, returns)[0, 1]), 3),
+            "bands": [
+                {
+                    "return_from": _bound(lo),
+                    "return_to": _bound(hi),
+                    "steps": int(s.sum()),
+                    "q_mean": _array_mean(values[s]),
+                }
+                for lo, hi in GOAL_BANDS
+                if (s := (returns >= lo) & (returns < hi)).any()
+            ],
+        },
+    }
+
+
+def _array_mean(x: np.ndarray) -> float | None:
+    return round(float(x.mean()), 3) if x.size else None
+
+
+def _bound(x: float) -> float | None:
+    """A band's end for JSON: ``None`` where the band is open."""
+    return None if np.isinf(x) else x
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+", help="LABEL=PATH of TD-MPC2 checkpoints")
-    parser.add_argument("--games", type=int, default=20, help="episodes per acting mode in calibration")
+    parser.add_argument("--goals", action="store_true", help="read the reward head and critics at goals")
+    parser.add_argument("--games", type=int, help="calibration's episodes per acting mode (20); --goals: 30")
     parser.add_argument("--sweep-games", type=int, default=20, help="episodes per planner setting")
     parser.add_argument("--sweep", nargs="*", default=list(SWEEP), help=f"settings of {list(SWEEP)}")
-    parser.add_argument("--out", default="tdmpc2_planning")
+    parser.add_argument("--opponent", default="weak", choices=("weak", "strong"), help="--goals' opponent")
+    parser.add_argument("--out", help="results file name (tdmpc2_planning; --goals: tdmpc2_goal_check)")
     args = parser.parse_args()
     pairs = [item.split("=", 1) for item in args.checkpoints]
     if any(len(p) != 2 for p in pairs) or set(args.sweep) - set(SWEEP):
@@ -235,6 +328,13 @@ def main() -> None:
         )
     torch.set_num_threads(1)
     results: dict[str, Any] = {}
+    if args.goals:
+        for label, path in pairs:
+            results[label] = goal_check(Path(path), args.games or 30, args.opponent)
+            print(label, results[label]["reward_on_goal_steps"], results[label]["q_vs_return"]["correlation"])
+        write(args.out or "tdmpc2_goal_check", {"checkpoints": results})
+        return
+    games = args.games or 20
     for label, path in pairs:
         ck = restore(Path(path))
         hp = ck.module.hparams
@@ -247,7 +347,7 @@ def main() -> None:
         }  # fmt: skip
         for name, make in ck.scenarios().items():
             start = time.perf_counter()
-            scenario: dict[str, Any] = {"calibration": calibrate(ck, make, args.games)}
+            scenario: dict[str, Any] = {"calibration": calibrate(ck, make, games)}
             print(label, name, {m: {k: v for k, v in c.items() if not isinstance(v, dict)}
                                 for m, c in scenario["calibration"].items()}, flush=True)  # fmt: skip
             scenario["prior"] = play(ck, make, args.sweep_games, None)
@@ -258,7 +358,7 @@ def main() -> None:
             scenario["wall_s"] = round(time.perf_counter() - start, 1)
             entry["scenarios"][name] = scenario
         results[label] = entry
-    write(args.out, {"checkpoints": results})
+    write(args.out or "tdmpc2_planning", {"checkpoints": results})
 
 
 if __name__ == "__main__":

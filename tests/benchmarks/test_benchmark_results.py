@@ -36,3 +36,12 @@ def test_every_result_is_listed_with_the_command_that_reproduces_it() -> None:
     docs = (RESULTS.parents[1] / "docs" / "benchmarks.md").read_text()
     listed = set(re.findall(r"^\| `([\w.]+\.json)` \| ", docs, flags=re.MULTILINE))
     assert {p.name for p in RESULTS.glob("*.json")} <= listed
+
+
+def test_benchmarks_are_at_most_15_scripts_each_listed_in_the_docs() -> None:
+    # A script is a file one runs (helpers start with an underscore); docs/benchmarks.md says what each does.
+    scripts = {p.name for p in RESULTS.parent.iterdir() if p.suffix in (".py", ".sh") and p.name[0] != "_"}
+    docs = (RESULTS.parents[1] / "docs" / "benchmarks.md").read_text()
+    described = set(re.findall(r"`(?:python |bash )?benchmarks/([\w.]+\.(?:py|sh))", docs))
+    assert len(scripts) <= 15, sorted(scripts)
+    assert scripts <= described, sorted(scripts - described)
