@@ -208,7 +208,7 @@ class RLDataModule(L.LightningDataModule):
         return ExperienceStream(
             self.budget, self.ingestion, self.replay, self.copies, self.replay_cfg.batch_size,
             start=self.start_collection, stop_collection=self.close_collector, control=self,
-            sync_weights=bool(self.collect.workers),
+            sync_weights=bool(self.collect.workers), set_frames=self.module.set_frames,
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
@@ -236,9 +236,6 @@ class RLDataModule(L.LightningDataModule):
 
     def end_fit(self) -> None:
         self.trainer.should_stop = True
-
-    def frames_changed(self, frames: int) -> None:
-        self.module.set_frames(frames)
 
     # ---------------------------------------------------------------------------- collection
     def start_collection(self) -> Collection:

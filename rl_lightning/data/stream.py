@@ -52,9 +52,6 @@ class StreamControl(Protocol):
     def end_fit(self) -> None:
         """Ends the fit after the current Lightning batch."""
 
-    def frames_changed(self, frames: int) -> None:
-        """A collection was added: the frame count is now ``frames``."""
-
 
 class UpdateRound:
     """The samples of ``n`` consecutive updates, on the module's device.
@@ -167,6 +164,8 @@ class ExperienceStream:
         stop_collection: shuts the collection down (also on an exception).
         control: stop decisions (the data module).
         sync_weights: refresh the worker processes' policy weights before each collection.
+        set_frames: told the frame count after each collection (the module's ``set_frames``: exploration
+            schedules), or ``None``.
     """
 
     def __init__(
@@ -180,11 +179,13 @@ class ExperienceStream:
         stop_collection: Callable[[], None],
         control: StreamControl,
         sync_weights: bool = False,
+        set_frames: Callable[[int], None] | None = None,
     ) -> None:
         self.budget, self.ingestion, self.replay, self.copies = budget, ingestion, replay, copies
         self.batch_size = batch_size
         self.start, self.stop_collection, self.control = start, stop_collection, control
         self.sync_weights = sync_weights
+        self.set_frames = set_frames
         self.stopped = False
         self._collection: Collection | None = None
         self._batches: Iterator[TensorDictBase] | None = None
@@ -229,5 +230,6 @@ class ExperienceStream:
                 batch = batch[..., :keep]
             self.ingestion.ingest(batch, self.replay, budget.frames)
             budget.add(batch.numel())
-            self.control.frames_changed(budget.frames)
+            if self.set_frames is not None:
+                self.set_frames(budget.frames)
         return True
