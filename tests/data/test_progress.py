@@ -7,8 +7,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.algos.dqn import DQN
 from rl_lightning.data.budget import FrameBudget, Mark
+from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.progress import EpisodeLog, Progress
+from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.envs.factory import EnvConfig, make_env
 
 
 def view(total: int = 1000, warmup: int = 100) -> tuple[Progress, FrameBudget, EpisodeLog]:
@@ -104,28 +108,30 @@ def test_marks_registered_through_the_view_are_the_budgets() -> None:
     assert progress.due(mark) and budget.batch_end_due()
 
 
-def test_the_replay_saved_by_the_data_module_is_loaded_by_a_new_one(tmp_path) -> None:
-    from rl_lightning.algos.dqn import DQN
-    from rl_lightning.data.datamodule import CollectConfig, RLDataModule
-    from rl_lightning.data.replay import ReplayConfig
-    from rl_lightning.envs.factory import EnvConfig, make_env
+CARTPOLE = EnvConfig(id="CartPole-v1", num_envs=1)
 
-    env_cfg = EnvConfig(id="CartPole-v1", num_envs=1)
-    probe = make_env(env_cfg, num_envs=1)
+
+def data_module(module_type: type = DQN, **kwargs) -> RLDataModule:
+    """A CartPole DQN data module, set up (its replay built), outside any Trainer."""
+    probe = make_env(CARTPOLE, num_envs=1)
     specs = probe.full_observation_spec.clone(), probe.full_action_spec["action"].clone()
     probe.close()
+    replay, collect = ReplayConfig(device="cpu", batch_size=4), CollectConfig(total_frames=100)
+    dm = RLDataModule(CARTPOLE, replay, collect, module_type(*specs), **kwargs)
+    dm.setup("fit")
+    return dm
 
-    def data_module(**kwargs) -> RLDataModule:
-        dm = RLDataModule(
-            env_cfg,
-            ReplayConfig(device="cpu", batch_size=4),
-            CollectConfig(total_frames=100),
-            DQN(*specs),
-            **kwargs,
-        )
-        dm.setup("fit")
-        return dm
 
+def test_a_module_that_acts_at_batch_ends_gets_every_collections_batch_end() -> None:
+    class Hooked(DQN):
+        def on_train_batch_end(self, *args) -> None:
+            pass
+
+    assert not data_module().budget.batch_end_due()
+    assert data_module(Hooked).budget.batch_end_due()
+
+
+def test_the_replay_saved_by_the_data_module_is_loaded_by_a_new_one(tmp_path) -> None:
     saved = data_module()
     g = torch.Generator().manual_seed(0)
     rows = TensorDict(
