@@ -13,12 +13,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 
 def read_frames(trainer: pl.Trainer) -> int | None:
-    """Environment frames collected so far: the data module's ``frames`` (an int), else ``None``.
+    """Environment frames collected so far: the data module's progress view's ``frames`` (an int,
+    ``trainer.datamodule.progress.frames``), else ``None``.
 
-    A data module that counts frames (an RL data path) is the one place they are kept; without one the
-    callbacks fall back to Lightning's step count.
+    A data module that counts frames (an RL data path) publishes them in its progress view, the one place
+    callbacks read them; without one the callbacks fall back to Lightning's step count.
     """
-    value = getattr(getattr(trainer, "datamodule", None), "frames", None)
+    progress = getattr(getattr(trainer, "datamodule", None), "progress", None)
+    value = getattr(progress, "frames", None)
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     return None

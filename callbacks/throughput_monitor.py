@@ -16,8 +16,8 @@ class ThroughputMonitor(Callback):
     """Measure env frames/s and updates/s over windows of ``log_every_n_steps`` training batches.
 
     A training batch counts as one update, or as ``outputs["updates"]`` when ``training_step`` returns a
-    mapping with that count (a step that runs several updates). Frames come from a
-    duck-typed counter: ``trainer.datamodule.frames`` (int, environment frames collected so far), else
+    mapping with that count (a step that runs several updates). Frames come from a duck-typed counter:
+    ``trainer.datamodule.progress.frames`` (int, environment frames collected so far), else
     ``pl_module.frames``; without one, only updates/s is reported. At the end of each window the rates are
     the counter deltas over the ``time.perf_counter()`` delta. No CUDA synchronization: the host can run
     only a bounded queue of work ahead of the device (and any host read in the loop bounds it further), so

@@ -21,7 +21,7 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.cli.config import CliError
 from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.validate import check_config
-from rl_lightning.data.datamodule import RANK_SEED_STRIDE, CollectConfig, RLDataModule
+from rl_lightning.data.datamodule import RANK_SEED_STRIDE, CollectConfig, RLDataModule, UsesTrainingEnvs
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig, check_spaces, env_modules, make_env
@@ -365,6 +365,10 @@ def _build(cfg: DictConfig, run_dir: Path, ckpt: str | None, created: bool) -> R
     device = resolve_device(cfg.device)
     module = build_module(cfg, env_cfg)
     stop = StopOnInterrupt()
+    if ckpt is not None:
+        # Both are checked before Lightning restores them: a shared file must not run code.
+        load_checkpoint(ckpt, check_config=False)  # the run's config is this command's, not the stored one
+        check_replay_dir(replay_path(ckpt))
     datamodule = RLDataModule(
         env_cfg,
         ReplayConfig(**container(cfg.replay)),
@@ -373,27 +377,28 @@ def _build(cfg: DictConfig, run_dir: Path, ckpt: str | None, created: bool) -> R
         device=device,
         seed=cfg.seed,
         stop_request=lambda: stop.requested,
+        resume_replay_from=replay_path(ckpt) if ckpt is not None else None,
     )
-    if ckpt is not None:
-        # Both are checked before Lightning restores them: a shared file must not run code.
-        load_checkpoint(ckpt, check_config=False)  # the run's config is this command's, not the stored one
-        check_replay_dir(replay_path(ckpt))
-        datamodule.resume_replay_from = str(replay_path(ckpt))
     checkpoint = FrameCheckpoint(
         dirpath=run_dir / "checkpoints",
         every_frames=cfg.checkpoint.every_frames,
         monitor=cfg.checkpoint.monitor,
         mode=cfg.checkpoint.mode,
+        save_replay=datamodule.save_replay,
     )
     logger = make_logger(cfg, run_dir)
     trainer_kwargs = container(cfg.trainer)
     trainer_kwargs["strategy"] = _strategy(trainer_kwargs.get("strategy", "auto"), module)
+    callbacks = _callbacks(cfg, env_cfg, checkpoint, stop, run_dir)
+    for callback in callbacks:  # the one way to the training envs (hockey's curriculum)
+        if isinstance(callback, UsesTrainingEnvs):
+            callback.connect_training_envs(datamodule.training_envs)
     trainer = L.Trainer(
         accelerator=device.type,
         max_epochs=-1,
         num_sanity_val_steps=0,
         logger=logger if logger is not None else False,
-        callbacks=_callbacks(cfg, env_cfg, checkpoint, stop, run_dir),
+        callbacks=callbacks,
         enable_progress_bar=bool(cfg.progress_bar),
         default_root_dir=str(run_dir),
         **trainer_kwargs,

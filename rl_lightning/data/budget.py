@@ -3,14 +3,47 @@
 A run's budget is environment frames (``total_frames``), and the update-to-data ratio turns collected frames
 into updates owed. This class is plain Python, knows nothing of Lightning or TorchRL, and is what a
 checkpoint stores of the schedule.
+
+It is also the run's one schedule: whoever acts at a frame or update count (an evaluation, a checkpoint, a
+log line) registers a :class:`Mark` with it, and the budget says when one is due, which is when the data
+path ends a Lightning batch so that the callbacks run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-__all__ = ["FrameBudget"]
+__all__ = ["FrameBudget", "Mark"]
+
+
+@dataclass(eq=False)
+class Mark:
+    """A count a reader acts at: every ``every`` frames (or updates) after ``last``.
+
+    The owner moves ``last`` when it has acted (an evaluation, a checkpoint) and may change ``every`` (a
+    curriculum's stage length); the budget compares the count with :attr:`next`. ``every=0`` is due at
+    every batch end, ``every=math.inf`` never.
+
+    Args:
+        unit: ``frames`` (env frames, all ranks) or ``updates``.
+        every: the interval.
+        last: the count the owner last acted at.
+    """
+
+    unit: Literal["frames", "updates"]
+    every: float = math.inf
+    last: int = 0
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("frames", "updates"):
+            raise ValueError(f"Mark unit={self.unit!r} must be 'frames' or 'updates'.")
+
+    @property
+    def next(self) -> float:
+        """The count at which the mark is next due."""
+        return self.last + self.every
 
 
 @dataclass
@@ -41,6 +74,7 @@ class FrameBudget:
     owed: int = 0
     credit: float = 0.0
     burst_done: bool = False
+    marks: list[Mark] = field(default_factory=list, repr=False)
 
     @property
     def spent(self) -> bool:
@@ -99,6 +133,23 @@ class FrameBudget:
         """One owed update is being done."""
         self.owed -= 1
         self.updates += 1
+
+    # ------------------------------------------------------------------ the schedule
+    def register_mark(self, mark: Mark) -> None:
+        """Adds ``mark`` to the schedule (once: registering it again changes nothing)."""
+        if not any(m is mark for m in self.marks):
+            self.marks.append(mark)
+
+    def due(self, mark: Mark) -> bool:
+        """Whether ``mark``'s count is reached."""
+        return (self.frames if mark.unit == "frames" else self.updates) >= mark.next
+
+    def batch_end_due(self) -> bool:
+        """Whether the run reached a batch end it must not run past: the frames are spent or a registered
+        mark is due. Marks belong to the callbacks and move only at batch ends, so between two batch ends
+        this only turns from False to True."""
+        counts = {"frames": self.frames, "updates": self.updates}
+        return self.spent or any(counts[m.unit] >= m.last + m.every for m in self.marks)
 
     def state_dict(self) -> dict[str, Any]:
         """The counters, under the keys checkpoints have always used."""

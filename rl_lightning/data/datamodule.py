@@ -2,48 +2,79 @@
 
 The parts, each with one owner of its state:
 
-- :class:`~rl_lightning.data.budget.FrameBudget`: frames, updates owed and the update-to-data credit;
+- :class:`~rl_lightning.data.budget.FrameBudget`: frames, updates owed, the update-to-data credit and the
+  marks callbacks act at;
+- :class:`~rl_lightning.data.progress.Progress`: the read-only view of frames, totals, warm-up and finished
+  episodes that everyone outside the data path reads;
 - :mod:`~rl_lightning.data.collection`: the TorchRL collector of the training envs;
 - :class:`~rl_lightning.data.ingest.Ingestion`: episode statistics and rows into the replay;
 - :class:`~rl_lightning.data.stream.ExperienceStream`: collect, extend, then sample and update;
-- :mod:`~rl_lightning.data.persistence`: replay shards and per-rank random state beside a checkpoint;
+- :mod:`~rl_lightning.data.persistence`: replay shards and per-rank random state beside a checkpoint
+  (saved when the checkpoint callback asks, loaded from the ``resume_replay_from`` given here);
 - :class:`~rl_lightning.data.transfer.DeviceCopies`: every host/device copy, plain or non-blocking.
 
 :class:`RLDataModule` takes everything in its constructor, builds the replay in ``setup`` and hands the
 stream to Lightning as the train iterable. The module learns the frame count through one call
-(``set_frames``); callbacks read it as ``trainer.datamodule.frames``.
+(``set_frames``); callbacks read ``trainer.datamodule.progress`` and nothing else of the data module. The
+training envs are reached from outside through one port, :class:`TrainingEnvs`.
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import numpy as np
 import torch
 
 from rl_lightning.data import persistence
-from rl_lightning.data.budget import FrameBudget
+from rl_lightning.data.budget import FrameBudget, Mark
 from rl_lightning.data.collection import CollectConfig, Collection, call_training_envs, start_collection
 from rl_lightning.data.frames import FrameReplay, stores_frames
 from rl_lightning.data.ingest import Ingestion
 from rl_lightning.data.nstep import NStepReturns
+from rl_lightning.data.progress import Progress
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer, resolve_replay
-from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH, BatchEnds, ExperienceStream, UpdateRound
+from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH, ExperienceStream, UpdateRound
 from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.device import resolve_device
 from rl_lightning.envs.factory import EnvConfig
 
 __all__ = [
     "MAX_UPDATES_PER_BATCH", "RANK_SEED_STRIDE", "CollectConfig", "ExperienceStream", "RLDataModule",
-    "UpdateRound",
+    "TrainingEnvs", "UpdateRound", "UsesTrainingEnvs",
 ]  # fmt: skip
 
 #: Seed offset between ranks (their envs and exploration noise); larger than any frame count of a run.
 RANK_SEED_STRIDE = 1_000_003
+
+
+class TrainingEnvs:
+    """The one port to a run's training envs from outside the data path: :meth:`call` calls a method on
+    every training env now and on the envs of every later collector (hockey's ``set_curriculum``)."""
+
+    def __init__(self, datamodule: RLDataModule) -> None:
+        self._dm = datamodule
+
+    def call(self, method: str, **kwargs: Any) -> None:
+        """Calls ``method(**kwargs)`` on every training env (see :func:`.collection.call_training_envs`).
+
+        Raises:
+            ValueError: the envs live in worker processes (``collect.workers > 0``), out of reach.
+            AttributeError: the env has no such method.
+        """
+        self._dm.call_training_envs(method, **kwargs)
+
+
+@runtime_checkable
+class UsesTrainingEnvs(Protocol):
+    """A callback that changes what the training envs play: the run's wiring hands it the port."""
+
+    def connect_training_envs(self, envs: TrainingEnvs) -> None:
+        """Keeps ``envs``, the way to the training envs."""
 
 
 class RLDataModule(L.LightningDataModule):
@@ -61,9 +92,12 @@ class RLDataModule(L.LightningDataModule):
         device: where the module runs (the run resolves it once).
         seed: the run's seed (env ``i`` gets ``seed + i``; a resumed run reseeds from the frame count).
         stop_request: returns True when a stop was requested (Ctrl-C).
+        resume_replay_from: the replay directory of the checkpoint the run resumes from (loaded with the
+            data module's state), ``None`` for a new run.
 
     Resumable state (``state_dict``): the budget's counters, the episode statistics and the global RNG
-    states; the replay is saved beside the checkpoint (:meth:`save_replay`). Data-parallel runs: every rank
+    states; the replay is saved beside the checkpoint (:meth:`save_replay`, which the checkpoint callback
+    calls) and loaded from ``resume_replay_from``. Data-parallel runs: every rank
     owns its envs (seeded apart), collector and replay shard; the budget counts all ranks' frames, and every
     stop decision is collective, so the ranks always stop after the same update.
     """
@@ -77,6 +111,7 @@ class RLDataModule(L.LightningDataModule):
         device: torch.device | str = "cpu",
         seed: int = 0,
         stop_request: Callable[[], bool] | None = None,
+        resume_replay_from: str | Path | None = None,
     ) -> None:
         super().__init__()
         self.env_cfg, self.collect, self.module, self.seed = env, collect, module, seed
@@ -104,17 +139,24 @@ class RLDataModule(L.LightningDataModule):
         )
         self.stop_request = stop_request
         self.replay: Any = None
-        self.resume_replay_from: str | None = None
+        self.resume_replay_from = None if resume_replay_from is None else str(resume_replay_from)
+        self.progress = Progress(self.budget, self.ingestion.episodes)
+        self.training_envs = TrainingEnvs(self)
         self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
         self.rank, self.world_size = 0, 1
         self.collection: Collection | None = None
         self._env_calls: dict[str, dict[str, Any]] = {}
-        self._batch_ends = BatchEnds([], module)
+        # A module that acts at every batch end gets every collection's batch end.
+        if any(
+            getattr(type(module), h, None) is not getattr(L.LightningModule, h)
+            for h in ("on_train_batch_start", "on_train_batch_end")
+        ):
+            self.budget.register_mark(Mark("frames", every=0))
 
-    # ---------------------------------------------------------------------------- what others read
+    # ---------------------------------------------------------------------------- counts
     @property
     def frames(self) -> int:
-        """Env frames collected so far, all ranks (the budget's count)."""
+        """Env frames collected so far, all ranks (the budget's count; callbacks read ``progress``)."""
         return self.budget.frames
 
     @property
@@ -123,27 +165,17 @@ class RLDataModule(L.LightningDataModule):
 
     @property
     def episodes(self) -> int:
-        return self.ingestion.episodes
-
-    @property
-    def recent_returns(self) -> deque[float]:
-        """The returns of the last 20 episodes."""
-        return self.ingestion.recent_returns
+        return self.ingestion.episodes.count
 
     @property
     def training_env(self) -> Any:
         """The live collector's training env (``collect.workers=0``), ``None`` between collectors."""
         return self.collection.env if self.collection is not None else None
 
-    def pop_episodes(self) -> list[tuple[float, int]]:
-        """Episodes (return, length) finished since the last call."""
-        return self.ingestion.pop_episodes()
-
     # ---------------------------------------------------------------------------- Lightning hooks
     def setup(self, stage: str) -> None:
         if self.trainer is not None:
             self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
-            self._batch_ends = BatchEnds(self.trainer.callbacks, self.module)
             # This rank's device: the run's, with its index (cuda:r in a data-parallel run on GPUs).
             self.copies.device = self.trainer.strategy.root_device
             if self._replay_follows:
@@ -176,7 +208,7 @@ class RLDataModule(L.LightningDataModule):
         return ExperienceStream(
             self.budget, self.ingestion, self.replay, self.copies, self.replay_cfg.batch_size,
             start=self.start_collection, stop_collection=self.close_collector, control=self,
-            sync_weights=bool(self.collect.workers),
+            sync_weights=bool(self.collect.workers), set_frames=self.module.set_frames,
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
@@ -204,12 +236,6 @@ class RLDataModule(L.LightningDataModule):
 
     def end_fit(self) -> None:
         self.trainer.should_stop = True
-
-    def batch_end_due(self) -> tuple[float, float]:
-        return self._batch_ends.due(self.trainer, self.frames, self.updates)
-
-    def frames_changed(self, frames: int) -> None:
-        self.module.set_frames(frames)
 
     # ---------------------------------------------------------------------------- collection
     def start_collection(self) -> Collection:

@@ -10,7 +10,6 @@ GPU replay fed from the CPU envs).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.compat import build_td, td_entries
 from rl_lightning.data.frames import FrameReplay, frame_keys
 from rl_lightning.data.nstep import NStepReturns
+from rl_lightning.data.progress import EpisodeLog
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.transfer import DeviceCopies
 
@@ -122,7 +122,7 @@ class Ingestion:
         store_frames: the replay stores frames once (a :class:`FrameReplay`): rows hold the observations'
             frame serials.
 
-    State (``state_dict``): the episodes seen, the returns of the last 20 and the episodes not yet popped.
+    State (``state_dict``): the episode log's (:class:`~rl_lightning.data.progress.EpisodeLog`).
     """
 
     def __init__(
@@ -140,9 +140,7 @@ class Ingestion:
         self.store_frames = store_frames
         keys = stored_keys(requirements, nstep is not None)
         self.keys = frame_keys(keys) if store_frames else keys
-        self.episodes = 0
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self._pending: list[tuple[float, int]] = []
+        self.episodes = EpisodeLog()
         self._keys_checked = False
         #: Added to the trajectory ids of the batches (worker collectors number theirs from 0; a resumed
         #: buffer holds ids already).
@@ -167,9 +165,7 @@ class Ingestion:
         if done.any():
             returns = batch.get(("next", "episode_reward"))[done].squeeze(-1).tolist()
             lengths = batch.get(("next", "step_count"))[done].squeeze(-1).tolist()
-            self.recent_returns.extend(returns)
-            self._pending.extend(zip(returns, lengths))
-            self.episodes += len(returns)
+            self.episodes.add(returns, lengths)
         if self.traj_offset and TRAJ_KEY in batch.keys(True):
             batch = batch.copy()  # a new entry, not a write into the collector's own buffers
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self.traj_offset)
@@ -192,20 +188,8 @@ class Ingestion:
             )
         self._keys_checked = True
 
-    def pop_episodes(self) -> list[tuple[float, int]]:
-        """Episodes (return, length) finished since the last call."""
-        out, self._pending = self._pending, []
-        return out
-
     def state_dict(self) -> dict[str, Any]:
-        # The episodes not yet logged travel with the count: a run resumed from here logs their returns
-        # with the next interval, so that every episode the count holds has its return in the metrics.
-        return {"episodes": self.episodes, "recent_returns": list(self.recent_returns),
-                "pending_episodes": [list(e) for e in self._pending]}  # fmt: skip
+        return self.episodes.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.episodes = int(state["episodes"])
-        self.recent_returns.clear()
-        self.recent_returns.extend(state["recent_returns"])
-        # Checkpoints written before the pending episodes were saved have none.
-        self._pending = [(float(r), int(n)) for r, n in state.get("pending_episodes", [])]
+        self.episodes.load_state_dict(state)

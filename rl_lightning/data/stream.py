@@ -8,19 +8,17 @@ Read as the textbook off-policy loop::
             update(replay.sample())
 
 The stream is the train iterable Lightning iterates: one item per Lightning batch, a round of updates
-(:class:`CollectingRound`), which ``training_step`` iterates. The frame budget says when updates are owed
-and when the run ends; the control (the data module) says when to stop and when a callback's batch end is
-due.
+(:class:`CollectingRound`), which ``training_step`` iterates. The frame budget says when updates are owed,
+when the run ends and when a callback's batch end is due (the marks registered with it); the control (the
+data module) says when to stop.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-import lightning as L
 from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
@@ -33,7 +31,6 @@ from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = [
     "MAX_UPDATES_PER_BATCH",
-    "BatchEnds",
     "CollectingRound",
     "ExperienceStream",
     "StreamControl",
@@ -54,12 +51,6 @@ class StreamControl(Protocol):
 
     def end_fit(self) -> None:
         """Ends the fit after the current Lightning batch."""
-
-    def batch_end_due(self) -> tuple[float, float]:
-        """The frame and update counts at which the callbacks' next batch end is due."""
-
-    def frames_changed(self, frames: int) -> None:
-        """A collection was added: the frame count is now ``frames``."""
 
 
 class UpdateRound:
@@ -133,7 +124,7 @@ class CollectingRound(UpdateRound):
     some), then does up to ``MAX_UPDATES_PER_BATCH`` of them; when the frame budget is spent or a stop is
     requested it ends the fit and does none.
 
-    When a round leaves updates to spare and the callbacks' next batch end is not yet due, the item collects
+    When a round leaves updates to spare and no mark registered with the budget is due, the item collects
     again and does that collection's round too: SAC's one frame and one update, 64 times per Lightning batch
     instead of once. The data, the random draws and every callback's work happen in the same order and at
     the same frames as with one round per item; only the per-batch cost of Lightning's loop (about 0.7 ms on
@@ -149,7 +140,6 @@ class CollectingRound(UpdateRound):
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         stream, budget = self.stream, self.stream.budget
-        due_frames, due_updates = stream.control.batch_end_due()
         while stream.collect_until_owed():
             self.n = min(budget.owed, MAX_UPDATES_PER_BATCH - self.done)
             for sample in super().__iter__():
@@ -157,7 +147,7 @@ class CollectingRound(UpdateRound):
                 yield sample
             if budget.owed or self.done >= MAX_UPDATES_PER_BATCH or stream.stopped:
                 return  # a full item, or a stop: the rest of the round is the next item's
-            if budget.frames >= min(due_frames, budget.total_frames) or budget.updates >= due_updates:
+            if budget.batch_end_due():
                 return  # a callback is due at this batch end, or the budget is spent
 
 
@@ -172,8 +162,10 @@ class ExperienceStream:
         batch_size: rows per update's sample.
         start: starts a collection (a fresh collector) for this iteration of the stream.
         stop_collection: shuts the collection down (also on an exception).
-        control: stop decisions and the callbacks' batch ends (the data module).
+        control: stop decisions (the data module).
         sync_weights: refresh the worker processes' policy weights before each collection.
+        set_frames: told the frame count after each collection (the module's ``set_frames``: exploration
+            schedules), or ``None``.
     """
 
     def __init__(
@@ -187,11 +179,13 @@ class ExperienceStream:
         stop_collection: Callable[[], None],
         control: StreamControl,
         sync_weights: bool = False,
+        set_frames: Callable[[int], None] | None = None,
     ) -> None:
         self.budget, self.ingestion, self.replay, self.copies = budget, ingestion, replay, copies
         self.batch_size = batch_size
         self.start, self.stop_collection, self.control = start, stop_collection, control
         self.sync_weights = sync_weights
+        self.set_frames = set_frames
         self.stopped = False
         self._collection: Collection | None = None
         self._batches: Iterator[TensorDictBase] | None = None
@@ -236,39 +230,6 @@ class ExperienceStream:
                 batch = batch[..., :keep]
             self.ingestion.ingest(batch, self.replay, budget.frames)
             budget.add(batch.numel())
-            self.control.frames_changed(budget.frames)
+            if self.set_frames is not None:
+                self.set_frames(budget.frames)
         return True
-
-
-class BatchEnds:
-    """When the callbacks' next batch end is due, which bounds how many rounds one item may hold.
-
-    An item of the stream may hold the rounds of several collections: a batch end comes when a callback's
-    work is due. A callback says when with a ``due_frames(trainer) -> float`` method (the frame count at
-    which its batch-end work is next due; the current count to run after every collection) or
-    ``due_updates(trainer) -> float`` (an update count). A callback that declares neither gets the batch ends
-    that come, whatever they hold: it counts time, steps or batches (the generic monitors). A module that
-    implements ``on_train_batch_start`` or ``on_train_batch_end`` gets every collection's batch end.
-
-    Args:
-        callbacks: the trainer's callbacks.
-        module: the LightningModule trained.
-    """
-
-    def __init__(self, callbacks: list[L.Callback], module: L.LightningModule) -> None:
-        self.frames = [cb.due_frames for cb in callbacks if hasattr(cb, "due_frames")]
-        self.updates = [cb.due_updates for cb in callbacks if hasattr(cb, "due_updates")]
-        self.every_batch = any(
-            getattr(type(module), h) is not getattr(L.LightningModule, h)
-            for h in ("on_train_batch_start", "on_train_batch_end")
-        )
-
-    def due(self, trainer: L.Trainer, frames: int, updates: int) -> tuple[float, float]:
-        """The smallest of the callbacks' ``due_frames`` and ``due_updates``; the current counts (no second
-        collection in an item) when the module acts at every batch end."""
-        if self.every_batch:
-            return frames, updates
-        return (
-            min((due(trainer) for due in self.frames), default=math.inf),
-            min((due(trainer) for due in self.updates), default=math.inf),
-        )

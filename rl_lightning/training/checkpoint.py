@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from typing_extensions import override
 
+from rl_lightning.data.budget import Mark
 from rl_lightning.training.safe_load import CONFIG_KEY, FORMAT_VERSION
 
 __all__ = ["ConfigInCheckpoint", "FrameCheckpoint", "replay_path"]
@@ -44,7 +45,10 @@ class FrameCheckpoint(Checkpoint):
     ``last.ckpt`` is written with the replay buffer beside it (``last.ckpt.replay/``, written first, so a
     ``last`` checkpoint on disk always has its buffer; with several ranks one shard per rank) every
     ``every_frames`` environment frames, at the end of training and on an exception. Resuming from it
-    continues with the same buffer content.
+    continues with the same buffer content. The buffer is the data path's to write: this callback says
+    when and where (``save_replay``: the data module's ``save_replay``), and the data module loads it back
+    (its ``resume_replay_from``). Frames come from the progress view,
+    with which the callback registers its ``last.ckpt`` mark.
 
     ``best.ckpt`` is written at the evaluation that produced a new best ``monitor`` value, so it holds
     exactly the weights that were evaluated: ``evaluate ckpt=best.ckpt`` with the evaluation's seed
@@ -63,6 +67,8 @@ class FrameCheckpoint(Checkpoint):
         monitor: the metric that picks ``best.ckpt`` (``None``: no best checkpoint).
         mode: ``max`` or ``min``.
         save_on_exception: write ``last.ckpt`` when training stops with an exception.
+        save_replay: writes the replay buffer (this rank's shard) to the directory it is given; ``None``:
+            checkpoints without a buffer beside them.
     """
 
     LAST = "last.ckpt"
@@ -75,6 +81,7 @@ class FrameCheckpoint(Checkpoint):
         monitor: str | None = "eval/return_mean",
         mode: str = "max",
         save_on_exception: bool = True,
+        save_replay: Callable[[Path], None] | None = None,
     ) -> None:
         if every_frames < 1:
             raise ValueError("checkpoint.every_frames must be >= 1.")
@@ -85,13 +92,19 @@ class FrameCheckpoint(Checkpoint):
         self.monitor = monitor
         self.mode = mode
         self.save_on_exception = save_on_exception
-        self.saved_frames = 0
+        self.save_replay = save_replay
+        self.mark = Mark("frames", every_frames)
         self.best_score: float | None = None
         self.best_frames: int | None = None
         self.last_score: float | None = None
         self.last_eval_frames: int | None = None
         self._seen: Any = None
         self._training = False
+
+    @property
+    def saved_frames(self) -> int:
+        """The frame count of the last ``last.ckpt``."""
+        return self.mark.last
 
     @property
     def last_path(self) -> Path:
@@ -103,8 +116,8 @@ class FrameCheckpoint(Checkpoint):
 
     # ------------------------------------------------------------------ writing
     def _write(self, trainer: L.Trainer, path: Path, with_replay: bool) -> None:
-        if with_replay:  # every rank writes its own shard (one process: the whole buffer)
-            trainer.datamodule.save_replay(replay_path(path))
+        if with_replay and self.save_replay is not None:  # every rank its own shard (one process: all)
+            self.save_replay(replay_path(path))
         tmp = path.with_name(path.name + ".tmp")
         trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
@@ -126,18 +139,25 @@ class FrameCheckpoint(Checkpoint):
         self._seen = value
         score = float(value)
         self.last_score = score
-        self.last_eval_frames = int(trainer.datamodule.frames)
+        self.last_eval_frames = trainer.datamodule.progress.frames
         if self._better(score):
             self.best_score = score
-            self.best_frames = int(trainer.datamodule.frames)
+            self.best_frames = self.last_eval_frames
             self._write(trainer, self.best_path, with_replay=False)
 
     def save_last(self, trainer: L.Trainer) -> None:
         """Writes ``last.ckpt`` with its replay buffer now."""
-        self.saved_frames = int(trainer.datamodule.frames)
+        self.mark.last = trainer.datamodule.progress.frames
         self._write(trainer, self.last_path, with_replay=True)
 
     # ------------------------------------------------------------------ hooks
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # The batch that reaches the next last.ckpt ends there; best.ckpt follows the evaluations, whose
+        # batch ends are due on their own.
+        if stage == "fit":
+            trainer.datamodule.progress.register_mark(self.mark)
+
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training = True
@@ -146,15 +166,10 @@ class FrameCheckpoint(Checkpoint):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training = False
 
-    def due_frames(self, trainer: L.Trainer) -> float:
-        """The frame count of the next ``last.ckpt``; ``best.ckpt`` follows the evaluations, whose batch ends
-        are due on their own."""
-        return self.saved_frames + self.every_frames
-
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self._check_best(trainer)
-        if trainer.datamodule.frames - self.saved_frames >= self.every_frames:
+        if trainer.datamodule.progress.due(self.mark):
             self.save_last(trainer)
 
     @override
@@ -168,7 +183,7 @@ class FrameCheckpoint(Checkpoint):
     ) -> None:
         # Only 'last' (with its buffer): the state at a crash is not a candidate for 'best'. Only once
         # training has started: a failure while restoring a checkpoint must not overwrite it.
-        if self.save_on_exception and self._training and trainer.datamodule is not None:
+        if self.save_on_exception and self._training:
             self._training = False
             self.save_last(trainer)
 
@@ -184,7 +199,7 @@ class FrameCheckpoint(Checkpoint):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.saved_frames = int(state_dict.get("saved_frames", 0))
+        self.mark.last = int(state_dict.get("saved_frames", 0))
         self.best_score = state_dict.get("best_score")
         self.best_frames = state_dict.get("best_frames")
         self.last_score = state_dict.get("last_score")

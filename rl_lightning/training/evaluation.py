@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from typing_extensions import override
 
+from rl_lightning.data.budget import Mark
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.metrics import log_metrics
 from rl_lightning.training.video import record_video
@@ -164,7 +165,8 @@ class EvalCallback(L.Callback):
     variant) against frames; the checkpoint callback monitors one of them for ``best.ckpt``. Each result
     is printed on its own line through the progress bar (above it). A run stopped before its budget
     (Ctrl-C) is not evaluated at its end, and an evaluation in progress stops between env steps when a
-    stop is requested (``should_stop``).
+    stop is requested (``should_stop``). Frames come from the data path's progress view
+    (``trainer.datamodule.progress``), with which the evaluation registers its mark.
 
     Args:
         env: the env config (the eval envs are separate from the training envs).
@@ -197,12 +199,12 @@ class EvalCallback(L.Callback):
         self.variants = dict(variants or {})
         self.should_stop = should_stop
         self.video = video
-        self._done_frames = 0
+        self.mark = Mark("frames", every_frames or math.inf)
         self._video_frames: int | None = None
         self.last: dict[str, float] = {}
 
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        frames = trainer.datamodule.frames
+        frames = trainer.datamodule.progress.frames
         stats = None
         if trainer.is_global_zero:  # one evaluation; every rank gets its result (best.ckpt is collective)
             try:
@@ -216,7 +218,7 @@ class EvalCallback(L.Callback):
         if stats is None:
             return
         self.last = log_metrics(trainer, {f"eval/{k}": v for k, v in stats.items()}, frames)
-        self._done_frames = frames
+        self.mark.last = frames
         line = f"eval @ {frames} frames: return {stats['return_mean']:.2f} ± {stats['return_std']:.2f}"
         if "win_rate" in stats:
             line += (
@@ -246,28 +248,33 @@ class EvalCallback(L.Callback):
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.log_artifact(logger.run_id, str(path), "videos")
 
-    def due_frames(self, trainer: L.Trainer) -> float:
-        """The frame count of the next periodic evaluation, which the batch that reaches it ends with."""
-        return self._done_frames + self.every_frames if self.every_frames else math.inf
+    @property
+    def done_frames(self) -> int:
+        """The frame count of the last evaluation (0 before the first)."""
+        return self.mark.last
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":  # the batch that reaches the next periodic evaluation ends there
+            trainer.datamodule.progress.register_mark(self.mark)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if self.every_frames and trainer.datamodule.frames - self._done_frames >= self.every_frames:
+        if trainer.datamodule.progress.due(self.mark):
             self._run(trainer, pl_module)
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        stopped_early = dm.frames < dm.collect.total_frames
-        if dm.frames != self._done_frames and not stopped_early:
+        progress = trainer.datamodule.progress
+        if progress.frames != self.mark.last and progress.spent:  # not after a stop before the budget
             self._run(trainer, pl_module)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"done_frames": self._done_frames, "last": self.last, "video_frames": self._video_frames}
+        return {"done_frames": self.mark.last, "last": self.last, "video_frames": self._video_frames}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._done_frames = state_dict["done_frames"]
+        self.mark.last = int(state_dict["done_frames"])
         self.last = state_dict["last"]
         self._video_frames = state_dict.get("video_frames")

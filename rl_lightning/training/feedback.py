@@ -9,6 +9,8 @@ import torch
 from typing_extensions import override
 
 from rl_lightning.algos.base import PRIORITY_KEY
+from rl_lightning.data.budget import Mark
+from rl_lightning.data.progress import EpisodeReader, Progress
 from rl_lightning.training.metrics import log_metrics
 
 __all__ = ["UpdateFeedback"]
@@ -23,7 +25,9 @@ class UpdateFeedback(L.Callback):
     ``options/usage_min``, as it is; one host sync for all of them), with the
     data path's ``train/episodes``, ``train/episode_return`` and ``train/episode_length`` (means over the
     episodes finished since the last log, on every rank of a data-parallel run), against frames. The
-    episodes finished after the last interval are logged at the end of the epoch. New replay priorities
+    episodes finished after the last interval are logged at the end of the epoch. Frames and episodes come
+    from the progress view (``trainer.datamodule.progress``; the episodes through a reader of its own, which
+    takes them from no one else), with which the callback registers its update mark. New replay priorities
     are not this callback's: the data path applies them after every update.
 
     The algorithm never sees the data module; the data module never sees the algorithm's losses.
@@ -40,10 +44,21 @@ class UpdateFeedback(L.Callback):
             raise ValueError(f"log_every_n_updates={log_every_n_updates} must be >= 1.")
         self.log_every_n_updates = log_every_n_updates
         self._since_log = 0
+        #: Due at the update count of the next log (the batch that reaches it ends there).
+        self.mark = Mark("updates", log_every_n_updates)
+        self._episodes: EpisodeReader | None = None
 
-    def due_updates(self, trainer: L.Trainer) -> float:
-        """The update count at which the next metrics are logged (at the end of the batch that reaches it)."""
-        return trainer.datamodule.updates - self._since_log + self.log_every_n_updates
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            progress = trainer.datamodule.progress
+            progress.register_mark(self.mark)
+            self._episodes = progress.episode_reader()
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After a resume: the updates of the interval under way count (since_log is in the checkpoint).
+        self.mark.last = trainer.datamodule.progress.updates - self._since_log
 
     @override
     def on_train_batch_end(
@@ -54,21 +69,21 @@ class UpdateFeedback(L.Callback):
         self._since_log += int(outputs.get("updates", 1))
         if self._since_log >= self.log_every_n_updates:
             self._since_log = 0
-            dm = trainer.datamodule
+            progress = trainer.datamodule.progress
+            self.mark.last = progress.updates
             metrics: dict[str, Any] = {  # a key with its own group ("options/usage_min") is kept as is
                 (k if "/" in k else f"train/{k}"): v
                 for k, v in outputs["metrics"].items()
                 if k != PRIORITY_KEY and isinstance(v, torch.Tensor) and v.dim() == 0
             }
-            metrics.update(self._episode_metrics(trainer, dm))
-            log_metrics(trainer, metrics, dm.frames)
+            metrics.update(self._episode_metrics(trainer, progress))
+            log_metrics(trainer, metrics, progress.frames)
 
-    @staticmethod
-    def _episode_metrics(trainer: L.Trainer, dm: Any) -> dict[str, float]:
+    def _episode_metrics(self, trainer: L.Trainer, progress: Progress) -> dict[str, float]:
         """Episode statistics of the data path, summed over the ranks of a data-parallel run."""
-        episodes = dm.pop_episodes()
+        episodes = self._episodes.read() if self._episodes is not None else []
         totals = torch.tensor(
-            [dm.episodes, len(episodes), sum(r for r, _ in episodes), sum(n for _, n in episodes)],
+            [progress.episodes, len(episodes), sum(r for r, _ in episodes), sum(n for _, n in episodes)],
             dtype=torch.float64,
         )
         if trainer.world_size > 1:  # every rank logs at the same update: a collective is safe here
@@ -82,9 +97,8 @@ class UpdateFeedback(L.Callback):
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        if dm is not None and hasattr(dm, "pop_episodes"):
-            log_metrics(trainer, self._episode_metrics(trainer, dm), dm.frames)
+        progress = trainer.datamodule.progress
+        log_metrics(trainer, self._episode_metrics(trainer, progress), progress.frames)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from rl_lightning.data.budget import Mark
+from rl_lightning.data.datamodule import TrainingEnvs
 from rl_lightning.envs.hockey import NAMED_OPPONENTS, CategoricalMix, Mode
 from rl_lightning.training.metrics import log_metrics
 
@@ -146,10 +148,17 @@ class HockeyCurriculum(Callback):
     whichever comes first. Every stage but the last needs one of the two; the last runs to the end. The
     conditions are checked after each training batch (frames do not count during the random warm-up).
 
-    The change reaches the training envs through the data module (``call_training_envs``, which calls the
-    hockey env's ``set_curriculum``): each env takes it at its next reset, so no episode is cut short. It
-    works with ``env.vectorization`` sync and async; TorchRL's worker processes (``collect.workers > 0``)
-    are out of reach and refused. Evaluation keeps its own envs and opponents (``eval.variants``).
+    The change reaches the training envs through one port, the data module's
+    :class:`~rl_lightning.data.datamodule.TrainingEnvs` (``connect_training_envs``; ``fit`` connects it,
+    a script passes ``dm.training_envs``), whose ``call`` calls the hockey env's ``set_curriculum``: each
+    env takes it at its next reset, so no episode is cut short. It works with ``env.vectorization`` sync
+    and async; TorchRL's worker processes (``collect.workers > 0``) are out of reach and refused.
+    Evaluation keeps its own envs and opponents (``eval.variants``). Frames come from the progress view,
+    with which the curriculum registers its marks (the end of a stage's frames, the next snapshot).
+
+    A stage that ends on an evaluation's win rate switches at the batch end of that evaluation: Lightning
+    runs the checkpoint callback after every other callback, so a checkpoint written at that batch end
+    holds the new stage; ``state_dict`` only reads.
 
     Self-play: while a stage's opponents include ``self``, a frozen copy of the agent's deterministic
     policy (``snapshot_policy()``: ``export_policy()``, or TD-MPC2's policy prior where it plans; deep-copied
@@ -170,6 +179,7 @@ class HockeyCurriculum(Callback):
             ``win_rate`` and ``against`` (all optional but the end condition of a stage that is not last).
         snapshot_every_frames: frames between snapshots while a stage plays ``self`` (>= 1).
         pool_size: snapshots kept (>= 1); the oldest leaves first.
+        envs: the port to the training envs (``None``: connected later with :meth:`connect_training_envs`).
 
     Example:
         >>> curriculum = HockeyCurriculum(
@@ -180,12 +190,17 @@ class HockeyCurriculum(Callback):
         ...     ],
         ...     snapshot_every_frames=20000,
         ...     pool_size=5,
+        ...     envs=dm.training_envs,  # dm: the hockey env's RLDataModule
         ... )
-        >>> trainer = pl.Trainer(callbacks=[curriculum])  # with the hockey env's data module
+        >>> trainer = pl.Trainer(callbacks=[curriculum])
     """
 
     def __init__(
-        self, stages: Sequence[Mapping[str, Any]], snapshot_every_frames: int = 20000, pool_size: int = 5
+        self,
+        stages: Sequence[Mapping[str, Any]],
+        snapshot_every_frames: int = 20000,
+        pool_size: int = 5,
+        envs: TrainingEnvs | None = None,
     ) -> None:
         if isinstance(stages, str | bytes | Mapping) or not isinstance(stages, Sequence) or not stages:
             raise _fail(f"stages={stages!r} must be a non-empty list of stages (mappings).")
@@ -202,23 +217,30 @@ class HockeyCurriculum(Callback):
         self._next_id = 0
         self._restored_pool: list[dict[str, Any]] | None = None
         self._seen_eval: Any = None
-        self._trainer: pl.Trainer | None = None
-        self._module: pl.LightningModule | None = None
+        self.envs = envs
+        #: Due when the current stage's frames are spent, and when the next self-play snapshot is.
+        self.stage_mark = Mark("frames")
+        self.snapshot_mark = Mark("frames")
+        self._move_marks()
 
     @property
     def current(self) -> Stage:
         """The stage the run is in."""
         return self.stages[self.stage]
 
+    def connect_training_envs(self, envs: TrainingEnvs) -> None:
+        """Keeps ``envs``, the port through which the stages reach the training envs."""
+        self.envs = envs
+
     # ------------------------------------------------------------------ hooks
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if not callable(getattr(trainer.datamodule, "call_training_envs", None)):
+        if self.envs is None:
             raise TypeError(
-                "HockeyCurriculum needs a data module with call_training_envs(method, **kwargs) (the "
-                "rl_lightning RLDataModule) to reach the training envs; remove the callback otherwise."
+                "HockeyCurriculum has no way to the training envs: give it the data module's port "
+                "(envs=dm.training_envs, or connect_training_envs) or remove the callback."
             )
         if any(s.uses_self for s in self.stages):
             try:
@@ -229,7 +251,9 @@ class HockeyCurriculum(Callback):
                     f"{type(pl_module).__name__}.snapshot_policy() is not available ({err}); drop 'self' "
                     "from the opponents or use an algorithm that exports its policy."
                 ) from None
-        self._trainer, self._module = trainer, pl_module
+        progress = trainer.datamodule.progress
+        progress.register_mark(self.stage_mark)
+        progress.register_mark(self.snapshot_mark)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -246,35 +270,33 @@ class HockeyCurriculum(Callback):
             self.stage_start_frames = frames
         if self.current.uses_self and not self.pool:
             self._snapshot(pl_module, frames)
+        self._move_marks()
         self._apply(trainer)
         self._log(trainer, pl_module, pool=bool(self.pool))
         self._seen_eval = trainer.callback_metrics.get(self.current.metric)
 
-    def due_frames(self, trainer: pl.Trainer) -> float:
-        """The frame count at which the current stage's frame budget ends or the next self-play snapshot
-        is due; a stage that ends on a win rate ends at an evaluation's batch end, due on its own."""
-        due = math.inf
+    def _move_marks(self) -> None:
+        """Sets the marks to the current stage: its frames end at ``stage_start_frames + frames``; a
+        self-play stage snapshots every ``snapshot_every_frames``. A stage that ends on a win rate ends at
+        an evaluation's batch end, due on its own."""
         stage = self.current
-        if self.stage < len(self.stages) - 1 and stage.frames is not None:
-            due = (self.stage_start_frames or 0) + stage.frames
-        if stage.uses_self:
-            due = min(due, (self.last_snapshot_frames or 0) + self.snapshot_every_frames)
-        return due
+        ends_on_frames = self.stage < len(self.stages) - 1 and stage.frames is not None
+        self.stage_mark.last = self.stage_start_frames or 0
+        self.stage_mark.every = stage.frames if ends_on_frames else math.inf
+        self.snapshot_mark.last = self.last_snapshot_frames or 0
+        self.snapshot_mark.every = self.snapshot_every_frames if stage.uses_self else math.inf
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         self._update(trainer, pl_module)
 
     @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._trainer = self._module = None
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The last evaluation runs at the epoch's end; the checkpoint written after it holds its outcome.
+        self._update(trainer, pl_module)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        if self._trainer is not None and self._module is not None and self._restored_pool is None:
-            # A checkpoint written in the batch whose evaluation ends a stage (the evaluation and the
-            # checkpoint callbacks run before this one) must already hold the next stage.
-            self._update(self._trainer, self._module)
         if self._restored_pool is not None:
             pool = self._restored_pool
         else:
@@ -308,11 +330,12 @@ class HockeyCurriculum(Callback):
         self.last_snapshot_frames = state_dict["last_snapshot_frames"]
         self._next_id = int(state_dict["next_id"])
         self._restored_pool = list(state_dict["pool"])  # rebuilt in on_fit_start, with the module
+        self._move_marks()
 
     # ------------------------------------------------------------------ the work
     @staticmethod
     def _frames(trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
-        return int(trainer.datamodule.frames)
+        return trainer.datamodule.progress.frames
 
     def _update(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._frames(trainer, pl_module)
@@ -334,6 +357,7 @@ class HockeyCurriculum(Callback):
             self._snapshot(pl_module, frames)
             pool_changed = True
         if reason is not None or pool_changed:
+            self._move_marks()
             self._apply(trainer)
             self._log(trainer, pl_module, pool=pool_changed)
 
@@ -393,9 +417,7 @@ class HockeyCurriculum(Callback):
         stage = self.current
         policies = {s.name: s.policy for s in self.pool} if stage.uses_self else {}
         try:
-            trainer.datamodule.call_training_envs(
-                "set_curriculum", mode=stage.mode, opponent=self.opponent_mix(), policies=policies
-            )
+            self.envs.call("set_curriculum", mode=stage.mode, opponent=self.opponent_mix(), policies=policies)
         except AttributeError:
             raise _fail(
                 "the training env has no set_curriculum(); use the single-agent hockey env "

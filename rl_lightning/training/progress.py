@@ -22,7 +22,8 @@ class FramesProgressBar(ProgressBar):
     ``rate_window_s`` seconds) and a postfix with the mean return of the last training episodes, the last
     evaluation's mean return and the number of updates (which also moves while a warm-up burst of updates
     runs without collecting). Lightning's bar counts batches, which here are updates of unknown number;
-    this one reads the data module's frame counter (a host integer: no device sync). Evaluation results
+    this one reads the data path's progress view (``trainer.datamodule.progress``: host integers, no device
+    sync). Evaluation results
     and other messages go through :meth:`print`, which writes them on their own lines above the bar.
 
     Without a terminal (a script, CI, output to a file) a bar would be redrawn into the log and cut at the
@@ -86,18 +87,19 @@ class FramesProgressBar(ProgressBar):
         if not (self._plain or self._progress is not None) or (not force and now - self._last_draw < every):
             return
         self._last_draw = now
-        dm = trainer.datamodule
-        total = dm.collect.total_frames
-        frames = min(dm.frames, total)
+        progress = trainer.datamodule.progress
+        total = progress.total_frames
+        frames = min(progress.frames, total)
         rate = self._rate(now, frames)
         post = []
-        if dm.recent_returns:
-            post.append(f"return {sum(dm.recent_returns) / len(dm.recent_returns):.1f}")
+        recent = progress.recent_returns
+        if recent:
+            post.append(f"return {sum(recent) / len(recent):.1f}")
         ev = trainer.callback_metrics.get("eval/return_mean")
         if ev is not None:
             post.append(f"eval {float(ev):.1f}")
-        post.append(f"updates {dm.updates}")
-        description = "warm-up" if dm.frames < dm.collect.warmup_frames else "frames"
+        post.append(f"updates {progress.updates}")
+        description = "warm-up" if progress.in_warmup else "frames"
         if self._plain and force and self._start is not None:  # the last line: the whole run's figures
             t0, f0 = self._start
             rate = (frames - f0) / (now - t0) if now > t0 and frames > f0 else rate
@@ -123,13 +125,13 @@ class FramesProgressBar(ProgressBar):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.is_enabled:
             return
-        dm = trainer.datamodule
+        progress = trainer.datamodule.progress
         self._samples.clear()
         console = Console()
         self._plain = not console.is_terminal
         if self._plain:
             self._last_draw = time.perf_counter()
-            self._start = (self._last_draw, dm.frames)
+            self._start = (self._last_draw, progress.frames)
             return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -143,7 +145,7 @@ class FramesProgressBar(ProgressBar):
         )
         self._progress.start()
         self._task = self._progress.add_task(
-            "frames", total=dm.collect.total_frames, completed=dm.frames, rate="- frames/s", post=""
+            "frames", total=progress.total_frames, completed=progress.frames, rate="- frames/s", post=""
         )
 
     @override

@@ -180,7 +180,7 @@ def test_gpu_monitor_samples_on_wall_clock_interval(monkeypatch: pytest.MonkeyPa
     now = [100.0]
     monkeypatch.setattr("callbacks.gpu_monitor.time.perf_counter", lambda: now[0])
     logger = MemoryLogger()
-    datamodule = SimpleNamespace(frames=640)
+    datamodule = SimpleNamespace(progress=SimpleNamespace(frames=640))
     trainer = SimpleNamespace(datamodule=datamodule, loggers=[logger], global_step=10)
     monitor = GPUMonitor(interval_s=5.0)
     monitor.attach(FakeNVML(), handle=object())

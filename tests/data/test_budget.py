@@ -1,4 +1,5 @@
-"""The frame budget on its own, without a Trainer: counting, grants, trimming, warm-up, its state.
+"""The frame budget on its own, without a Trainer: counting, grants, trimming, warm-up, its state, the
+marks of the schedule.
 
 The seeding burst has its own file (``tests/data/test_seeding_burst.py``).
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_lightning.data.budget import FrameBudget
+from rl_lightning.data.budget import FrameBudget, Mark
 
 
 def test_frames_grant_updates_by_the_ratio_once_the_warmup_is_in() -> None:
@@ -54,3 +55,43 @@ def test_the_state_round_trips_and_goes_on_as_the_uninterrupted_budget(burst: bo
     assert [whole.add(7) for _ in range(9)] == [resumed.add(7) for _ in range(9)]
     assert whole.state_dict() == resumed.state_dict()
     assert set(whole.state_dict()) == {"frames", "updates", "owed_updates", "update_credit", "burst_done"}
+
+
+# ------------------------------------------------------------------------------------------ the schedule
+def test_registered_marks_come_due_at_their_frames_and_updates() -> None:
+    b = FrameBudget(total_frames=1000, warmup_frames=0)
+    evaluation, log = Mark("frames", every=100), Mark("updates", every=30)
+    b.register_mark(evaluation)
+    b.register_mark(evaluation)  # once is enough: registering again changes nothing
+    b.register_mark(log)
+    assert len(b.marks) == 2
+    b.add(99)
+    assert not b.due(evaluation) and not b.batch_end_due()
+    b.add(1)
+    assert b.due(evaluation) and b.batch_end_due()
+    evaluation.last = b.frames  # the owner acted: due again 100 frames later
+    assert not b.batch_end_due()
+    for _ in range(29):
+        b.take_update()
+    assert not b.batch_end_due()
+    b.take_update()
+    assert b.due(log) and b.batch_end_due()
+    log.last = b.updates
+    b.add(99)
+    assert not b.batch_end_due()
+    b.add(1)
+    assert b.due(evaluation) and not b.due(log)
+
+
+def test_a_mark_every_zero_is_always_due_and_every_inf_never() -> None:
+    b = FrameBudget(total_frames=10)
+    never, always = Mark("frames"), Mark("updates", every=0)
+    b.register_mark(never)
+    b.add(5)
+    assert not b.due(never) and not b.batch_end_due()
+    b.add(5)
+    assert b.batch_end_due(), "a spent budget ends the batch, marks or not"
+    b.register_mark(always)
+    assert b.due(always)
+    with pytest.raises(ValueError, match="unit='steps'"):
+        Mark("steps", every=1)

@@ -12,6 +12,7 @@ from tensordict import LazyStackedTensorDict, TensorDict
 
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
+from rl_lightning.data.budget import Mark
 from rl_lightning.data.ingest import rows as replay_rows
 from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH
 from rl_lightning.training.evaluation import EvalCallback
@@ -94,14 +95,17 @@ def test_a_stop_request_ends_the_fit_between_updates(tmp_path: Path, monkeypatch
 
 
 class BatchEnds(L.Callback):
-    """Records ``(frames, updates in the batch)`` at every batch end; ``every_collection``: with a
-    ``due_frames`` that is always due (the current count), else without one (the stream may then group
+    """Records ``(frames, updates in the batch)`` at every batch end; ``every_collection``: with a mark
+    registered with the budget that is always due, else without one (the stream may then group
     collections)."""
 
     def __init__(self, every_collection: bool) -> None:
         self.ends: list[tuple[int, int]] = []
-        if every_collection:
-            self.due_frames = lambda trainer: trainer.datamodule.frames
+        self.every_collection = every_collection
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        if self.every_collection:
+            trainer.datamodule.progress.register_mark(Mark("frames", every=0))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.ends.append((trainer.datamodule.frames, outputs["updates"]))
@@ -127,7 +131,7 @@ def test_one_frame_collections_share_a_batch_until_a_callback_is_due(tmp_path: P
     frames = [f for f, _ in ends]
     assert {100, 119, 150, 200, 219, 300}.issubset(frames) and len(ends) < 14
     evals = next(cb for cb in run.trainer.callbacks if isinstance(cb, EvalCallback))
-    assert evals._done_frames == 300 and run.datamodule.budget.owed == 0
+    assert evals.done_frames == 300 and run.datamodule.budget.owed == 0
     # A callback due at every frame count gets one collection per batch, with the same updates to the bit.
     ends, alone, _ = grouped_fit(tmp_path / "alone", monkeypatch, True, *args)
     assert ends == [(20 + i, 1) for i in range(281)] + [(300, 0)]  # the last batch finds the budget spent

@@ -96,9 +96,9 @@ class StateWithPendingEpisodes(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         dm = trainer.datamodule
-        if self.state is None and dm.ingestion._pending:
+        if self.state is None and dm.state_dict()["pending_episodes"]:
             self.state = dm.state_dict()
-            self.pending = list(dm.ingestion._pending)
+            self.pending = [tuple(e) for e in self.state["pending_episodes"]]
 
 
 def test_episodes_not_yet_logged_at_a_checkpoint_are_logged_after_resuming(tmp_path: Path) -> None:
@@ -115,4 +115,4 @@ def test_episodes_not_yet_logged_at_a_checkpoint_are_logged_after_resuming(tmp_p
     resumed.load_state_dict(snapshot.state)
     # The count includes them, and so do the episodes the resumed run logs next.
     assert resumed.episodes == snapshot.state["episodes"]
-    assert resumed.pop_episodes() == snapshot.pending
+    assert resumed.progress.episode_reader().read() == snapshot.pending

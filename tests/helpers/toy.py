@@ -118,7 +118,8 @@ class _Stream:
 
 
 class ToyDataModule(pl.LightningDataModule):
-    """Owns the synthetic stream and a ``frames`` counter, like the RL data module owns its collector."""
+    """Owns the synthetic stream and a ``frames`` counter, like the RL data module owns its collector; its
+    progress view (what callbacks read) is itself."""
 
     def __init__(self, module: ToyProtocolModule, batch_size: int = 32, seed: int = 0) -> None:
         super().__init__()
@@ -127,6 +128,10 @@ class ToyDataModule(pl.LightningDataModule):
         self.seed = seed
         self.frames = 0
         self.action_dtypes: set[torch.dtype] = set()
+
+    @property
+    def progress(self) -> ToyDataModule:
+        return self
 
     def train_dataloader(self) -> _Stream:
         return _Stream(self)

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -25,6 +26,7 @@ from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.envs.hockey import DISCRETE_ACTIONS, HockeyVsOpponentEnv, Mode, PolicyOpponent
+from rl_lightning.training.checkpoint import FrameCheckpoint
 from rl_lightning.training.hockey_curriculum import HockeyCurriculum
 
 HOCKEY = EnvConfig(
@@ -94,6 +96,7 @@ def setting(env_cfg: EnvConfig = HOCKEY, workers: int = 0, module: Any = None) -
 
 
 def start(curriculum: HockeyCurriculum, s: SimpleNamespace, live_env: bool = True) -> None:
+    curriculum.connect_training_envs(s.dm.training_envs)  # as the run's wiring does
     curriculum.setup(s.trainer, s.module, "fit")
     if live_env:
         s.dm.collection = Collection(collector=None, env=make_env(s.dm.env_cfg, seed=0))
@@ -371,13 +374,51 @@ def test_state_dict_round_trip_restores_stage_and_pool() -> None:
 
 
 def test_a_checkpoint_in_the_batch_of_a_decisive_evaluation_holds_the_next_stage() -> None:
-    # The evaluation and the checkpoint callbacks run before this one in the same batch.
+    # Lightning runs the checkpoint callback after every other one, the curriculum included, whatever
+    # order they were given in; the evaluation (given first, as fit does) runs before the curriculum.
     s = setting()
     curriculum = HockeyCurriculum(STAGES[2:])
+    checkpoint = FrameCheckpoint(Path("unused"), every_frames=100)
+    trainer = L.Trainer(callbacks=[checkpoint, curriculum], logger=False, enable_progress_bar=False)
+    assert trainer.callbacks.index(curriculum) < trainer.callbacks.index(checkpoint)
     start(curriculum, s, live_env=False)
     s.dm.budget.frames = 500
     s.trainer.callback_metrics["eval/weak/win_rate"] = torch.tensor(0.6)
+    assert curriculum.state_dict()["stage"] == 0, "state_dict only reads"
+    curriculum.on_train_batch_end(s.trainer, s.module, None, None, 0)  # then the checkpoint's
     assert curriculum.state_dict()["stage"] == 1
+
+
+def test_state_dict_has_no_side_effect() -> None:
+    # A stage's frames are spent and a snapshot is due: reading the state twice changes neither.
+    s = setting()
+    curriculum = HockeyCurriculum(STAGES, snapshot_every_frames=100)
+    start(curriculum, s, live_env=False)
+    s.dm.budget.frames = 100
+    first = curriculum.state_dict()
+    assert curriculum.state_dict() == first and first["stage"] == 0 and curriculum.stage == 0
+    assert s.logger.stages() == [(0, 0.0)], "nothing logged, nothing applied"
+
+
+def test_the_marks_end_a_batch_at_the_stage_end_and_at_each_snapshot() -> None:
+    s = setting()
+    curriculum = HockeyCurriculum(STAGES, snapshot_every_frames=100)
+    start(curriculum, s, live_env=False)
+    budget = s.dm.budget
+    budget.frames = 99
+    assert not budget.batch_end_due()
+    budget.frames = 100  # the shooting stage's 100 frames
+    assert budget.batch_end_due()
+    assert at(curriculum, s, 100) == 1 and not budget.batch_end_due()
+    budget.frames = 150  # the defence stage's 50
+    assert budget.batch_end_due()
+    at(curriculum, s, 150)
+    s.trainer.callback_metrics["eval/weak/win_rate"] = torch.tensor(0.75)
+    assert at(curriculum, s, 160) == 3 and curriculum.pool[-1].frames == 160
+    budget.frames = 259
+    assert not budget.batch_end_due()
+    budget.frames = 260  # the next snapshot, 100 frames after the last
+    assert budget.batch_end_due()
 
 
 # ------------------------------------------------------------------------------------------ refusals
@@ -444,8 +485,8 @@ def test_self_play_needs_an_exportable_policy() -> None:
         hidden_sizes=(8,),
     )
     with pytest.raises(ValueError, match=r"snapshot_policy.*it plans"):
-        HockeyCurriculum(STAGES).setup(s.trainer, module, "fit")
-    HockeyCurriculum(STAGES[:3]).setup(s.trainer, module, "fit")  # no self-play, no need
+        HockeyCurriculum(STAGES, envs=s.dm.training_envs).setup(s.trainer, module, "fit")
+    HockeyCurriculum(STAGES[:3], envs=s.dm.training_envs).setup(s.trainer, module, "fit")  # no self-play
 
 
 # ------------------------------------------------------------------------------------------ the CLI

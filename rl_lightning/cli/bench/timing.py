@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -39,10 +38,6 @@ class _SteadyStateProbe(L.Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.fit_start = time.perf_counter()
-
-    def due_frames(self, trainer: L.Trainer) -> float:
-        """Never due: the steady window opens at the first batch end past ``steady_start``."""
-        return math.inf
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self.batches += 1
