@@ -51,6 +51,7 @@ __all__ = [
     "IncompatibleEnvError",
     "RLModule",
     "ReplayRequirements",
+    "RolloutRequirements",
     "priority_feedback",
 ]
 
@@ -69,6 +70,26 @@ TRANSITION_KEYS: tuple[str | tuple[str, str], ...] = (
 
 class IncompatibleEnvError(ValueError):
     """The algorithm does not fit the environment (for example DQN on continuous actions)."""
+
+
+@dataclass(frozen=True)
+class RolloutRequirements:
+    """An on-policy algorithm's rollouts (see :class:`rl_lightning.data.rollout.RolloutBuffer`): each
+    collection is one rollout, prepared by the module's ``prepare_rollout(rollout [N, T])`` and consumed by
+    ``epochs`` passes of ``minibatches`` shuffled minibatches, one ``update`` each, then dropped.
+
+    Attributes:
+        steps: steps per env in one rollout (a collection of ``steps × envs`` frames).
+        epochs: passes over each rollout.
+        minibatches: minibatches per pass.
+        target_kl: a pass whose last update returned ``approx_kl`` above it ends the rollout's updates
+            (``None``: never).
+    """
+
+    steps: int
+    epochs: int
+    minibatches: int
+    target_kl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,7 @@ class ReplayRequirements:
             info entries) would be written at every frame and gathered at every sample for nothing.
             ``None`` stores everything collected; sub-trajectory samples always do (the sampler reads the
             trajectory ids).
+        rollout: an on-policy algorithm's rollouts instead of a replay (``None``: a replay).
     """
 
     slice_len: int | None = None
@@ -100,8 +122,11 @@ class ReplayRequirements:
     prioritized: bool = False
     extra_keys: tuple[str, ...] = ()
     sample_keys: tuple[str | tuple[str, ...], ...] | None = None
+    rollout: RolloutRequirements | None = None
 
     def __post_init__(self) -> None:
+        if self.rollout is not None and (self.slice_len is not None or self.n_step or self.prioritized):
+            raise ValueError("rollouts go with no sub-trajectories, n-step returns or prioritized replay.")
         if self.slice_len is not None and self.slice_len < 1:
             raise ValueError(f"slice_len={self.slice_len} must be >= 1 or None.")
         if self.n_step and self.discount is None:

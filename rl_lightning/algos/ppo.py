@@ -38,14 +38,11 @@ from torch import Tensor, nn
 from torchrl.data import Bounded, Categorical, TensorSpec
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
+from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, RolloutRequirements
 from rl_lightning.algos.common import ActionScaler, GreedyPolicy, LinearSchedule, clip_grad_norm, without_grad
 from rl_lightning.nn.encoders import feature_dim, make_encoder
 
 __all__ = ["PPO", "PPOPolicy", "gae", "ppo_losses"]
-
-#: The keys a rollout step must hold for the update (``raw_action`` for continuous actions only).
-ROLLOUT_KEYS = ("observation", "action", "log_prob", "raw_action")
 
 
 def gae(
@@ -179,7 +176,8 @@ class PPO(RLModule):
         anneal_frames: the frames the annealing spans (the run's ``total_frames``).
         gamma: discount.
         gae_lambda: GAE's λ.
-        rollout_len: steps ``T`` per env in one rollout.
+        rollout_steps: steps ``T`` per env in one rollout: each collection is ``T × env.num_envs`` frames
+            (for on-policy algorithms ``collect.frames_per_batch`` follows it, and there is no warm-up).
         epochs: passes over each rollout.
         minibatches: minibatches per pass (each of ``N * T / minibatches`` samples).
         clip_coef: the surrogate's clipping range ``c`` (also the value clipping's).
@@ -211,7 +209,7 @@ class PPO(RLModule):
         anneal_frames: int = 500_000,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
-        rollout_len: int = 128,
+        rollout_steps: int = 128,
         epochs: int = 4,
         minibatches: int = 4,
         clip_coef: float = 0.2,
@@ -238,10 +236,8 @@ class PPO(RLModule):
             raise ValueError(
                 f"algo.gamma={gamma} must lie in (0, 1] and algo.gae_lambda={gae_lambda} in [0, 1]."
             )
-        if min(rollout_len, epochs, minibatches, anneal_frames) < 1:
-            raise ValueError(
-                "algo.rollout_len, algo.epochs, algo.minibatches and algo.anneal_frames must be >= 1."
-            )
+        if min(rollout_steps, epochs, minibatches, anneal_frames) < 1:
+            raise ValueError("algo.rollout_steps, epochs, minibatches and anneal_frames must be >= 1.")
         if clip_coef <= 0 or value_coef < 0 or entropy_coef < 0:
             raise ValueError("algo.clip_coef must be > 0, algo.value_coef and algo.entropy_coef >= 0.")
         if log_std not in ("state_independent", "state_dependent"):
@@ -269,14 +265,17 @@ class PPO(RLModule):
         elif not self.discrete:  # the actor's log-std outputs start at log_std_init
             last = self.actor.head[-1]
             nn.init.constant_(last.bias[self.actions.action_dim :], float(log_std_init))
+        self.register_buffer("explained_variance", torch.zeros(()), persistent=False)
         #: The learning rate at the frames last set (:meth:`set_frames`).
         self.lr_now = float(lr)
         self.clip_schedule = LinearSchedule(clip_coef, 0.0 if anneal_clip else clip_coef, anneal_frames)
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
-        """Rollouts, not a replay: the on-policy data path reads :meth:`rollout_requirements`."""
-        return ReplayRequirements(sample_keys=None)
+        """Rollouts instead of a replay: each collection, ``epochs`` passes of ``minibatches``."""
+        hp = self.hparams
+        rollout = RolloutRequirements(hp.rollout_steps, hp.epochs, hp.minibatches, hp.target_kl)
+        return ReplayRequirements(discount=hp.gamma, rollout=rollout)
 
     # ------------------------------------------------------------------ the policy
     def _distribution(self, observation: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -337,10 +336,10 @@ class PPO(RLModule):
 
     # ------------------------------------------------------------------ learning
     @torch.no_grad()
-    def prepare_rollout(self, rollout: TensorDictBase) -> TensorDictBase:
+    def prepare_rollout(self, rollout: TensorDictBase) -> None:
         """Writes ``state_value``, ``advantage`` and ``value_target`` (the λ-return) into a rollout
-        ``[N, T]``; returns ``explained_variance``, ``1 - Var(R - V) / Var(R)`` of the values against the
-        returns.
+        ``[N, T]``, and sets ``explained_variance``: ``1 - Var(R - V) / Var(R)`` of the values against the
+        returns, which the rollout's updates report.
 
         Called once per rollout, before its minibatches, with the values of the network that collected it.
         """
@@ -358,8 +357,7 @@ class PPO(RLModule):
         rollout.set("state_value", value)
         rollout.set("advantage", advantage)
         rollout.set("value_target", returns)
-        explained = 1 - (returns - value).var() / returns.var().clamp_min(1e-8)
-        return TensorDict({"explained_variance": explained}, batch_size=[])
+        self.explained_variance.copy_(1 - (returns - value).var() / returns.var().clamp_min(1e-8))
 
     def losses(self, batch: TensorDictBase) -> dict[str, Tensor]:
         """The minibatch's losses (``loss``, the weighted sum, among them) and diagnostics, ``[]`` each."""
@@ -383,8 +381,8 @@ class PPO(RLModule):
         """One Adam step on a minibatch ``[B]`` of a prepared rollout.
 
         Returns:
-            ``loss``, ``loss_policy``, ``loss_value``, ``entropy``, ``approx_kl``, ``clip_fraction`` and
-            ``grad_norm``, scalars.
+            ``loss``, ``loss_policy``, ``loss_value``, ``entropy``, ``approx_kl``, ``clip_fraction``,
+            ``grad_norm`` and the rollout's ``explained_variance``, scalars.
         """
         opt = self.optimizer()
         out = self.losses(batch)
@@ -395,7 +393,8 @@ class PPO(RLModule):
         else:
             grad_norm = torch.zeros((), device=out["loss"].device)
         opt.step()
-        return TensorDict({k: v.detach() for k, v in {**out, "grad_norm": grad_norm}.items()}, batch_size=[])
+        metrics = {**out, "grad_norm": grad_norm, "explained_variance": self.explained_variance}
+        return TensorDict({k: v.detach() for k, v in metrics.items()}, batch_size=[])
 
     def set_frames(self, frames: int) -> None:
         """Follows the frames (the clipping range's schedule), then sets the learning rate: annealed

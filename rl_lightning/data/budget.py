@@ -61,6 +61,8 @@ class FrameBudget:
         updates_per_frame: updates granted per frame this rank collects, once the warm-up is in.
         warmup_burst: TD-MPC2's seeding burst: the first grant after the warm-up is one update per warm-up
             frame of this rank, whatever ``updates_per_frame``.
+        updates_per_collection: an on-policy run's grant: this many updates for every collection (its
+            rollout's epochs × minibatches), whatever its frames; ``None``: the ratio applies.
         world_size: ranks collecting in lockstep.
     """
 
@@ -68,6 +70,7 @@ class FrameBudget:
     warmup_frames: int = 0
     updates_per_frame: float = 1.0
     warmup_burst: bool = False
+    updates_per_collection: int | None = None
     world_size: int = 1
     frames: int = 0
     updates: int = 0
@@ -117,6 +120,8 @@ class FrameBudget:
         frame of this rank, as the reference trainer runs ``seed_steps`` updates when seeding ends; the ratio
         applies only to that collection's frames past the warm-up, and to every later collection.
         """
+        if self.updates_per_collection is not None:
+            return self.updates_per_collection
         ratio = self.updates_per_frame
         if self.warmup_burst and not self.burst_done:
             self.burst_done = True
@@ -150,6 +155,10 @@ class FrameBudget:
         this only turns from False to True."""
         counts = {"frames": self.frames, "updates": self.updates}
         return self.spent or any(counts[m.unit] >= m.last + m.every for m in self.marks)
+
+    def forfeit(self) -> None:
+        """The updates still owed are dropped (an on-policy rollout's passes stopped early)."""
+        self.owed = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The counters, under the keys checkpoints have always used."""

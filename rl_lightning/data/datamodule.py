@@ -21,6 +21,7 @@ training envs are reached from outside through one port, :class:`TrainingEnvs`.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from rl_lightning.data.ingest import Ingestion
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.progress import Progress
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer, resolve_replay
+from rl_lightning.data.rollout import RolloutBuffer
 from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH, ExperienceStream, UpdateRound
 from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.device import resolve_device
@@ -81,7 +83,9 @@ class RLDataModule(L.LightningDataModule):
     """Owns the training envs' collector, the replay buffer and the frame budget of a run.
 
     The replay's sampler follows the algorithm's ``replay_requirements()`` (slices or transitions, n-step
-    discount); a replay config that contradicts them fails here, before anything runs.
+    discount); a replay config that contradicts them fails here, before anything runs. An on-policy
+    algorithm (its requirements name a ``rollout``) gets a :class:`~.rollout.RolloutBuffer` in the replay's
+    place: each collection is one rollout, granted its ``epochs × minibatches`` updates.
 
     Args:
         env: the env config (training envs; evaluation builds its own from the same config).
@@ -120,12 +124,18 @@ class RLDataModule(L.LightningDataModule):
         self._replay_follows = replay.device == "auto"  # the replay lives where the module does
         device = torch.device(device)
         self.copies = DeviceCopies(device, device if self._replay_follows else resolve_device(replay.device))
+        rollout = self.requirements.rollout
+        if rollout is not None:  # a collection is one rollout of the policy: no random warm-up frames
+            envs = env.num_envs * max(1, collect.workers)
+            collect = dataclasses.replace(collect, frames_per_batch=rollout.steps * envs, warmup_frames=0)
+        self.collect = collect
         self.budget = FrameBudget(
-            collect.total_frames, collect.warmup_frames, collect.updates_per_frame, collect.warmup_burst
-        )
+            collect.total_frames, collect.warmup_frames, collect.updates_per_frame, collect.warmup_burst,
+            updates_per_collection=None if rollout is None else rollout.epochs * rollout.minibatches,
+        )  # fmt: skip
         nstep = NStepReturns(replay.n_step, self.requirements.discount) if replay.n_step > 1 else None
         self.observation_spec = module.observation_spec["observation"]
-        self.store_frames = stores_frames(
+        self.store_frames = rollout is None and stores_frames(
             replay.store_frames, self.observation_spec, self.replay_cfg.slice_len
         )
         if self.store_frames and collect.workers and not collect.sync_workers:
@@ -191,6 +201,12 @@ class RLDataModule(L.LightningDataModule):
             self.replay = self._new_replay()
 
     def _new_replay(self) -> Any:
+        rollout = self.requirements.rollout
+        if rollout is not None:  # on-policy: each collection is a rollout on the module's device
+            return RolloutBuffer(
+                self.module.prepare_rollout, rollout.epochs, rollout.minibatches, rollout.target_kl,
+                self.copies.device,
+            )  # fmt: skip
         interleaved = self.env_cfg.num_envs > 1  # several envs write a step each per collection
         buffer = make_replay_buffer(self.replay_cfg, interleaved, self.copies.replay_device)
         if not self.store_frames:

@@ -22,6 +22,7 @@ from rl_lightning.data.frames import FrameReplay, frame_keys
 from rl_lightning.data.nstep import NStepReturns
 from rl_lightning.data.progress import EpisodeLog
 from rl_lightning.data.replay import TRAJ_KEY
+from rl_lightning.data.rollout import RolloutBuffer
 from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = ["Ingestion", "rows"]
@@ -166,6 +167,9 @@ class Ingestion:
             returns = batch.get(("next", "episode_reward"))[done].squeeze(-1).tolist()
             lengths = batch.get(("next", "step_count"))[done].squeeze(-1).tolist()
             self.episodes.add(returns, lengths)
+        if isinstance(replay, RolloutBuffer):  # on-policy: the whole [N, T] rollout, to the module's device
+            replay.extend_rollout(self.copies.to_module(batch))
+            return
         if self.traj_offset and TRAJ_KEY in batch.keys(True):
             batch = batch.copy()  # a new entry, not a write into the collector's own buffers
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self.traj_offset)

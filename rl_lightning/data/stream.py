@@ -26,6 +26,7 @@ from rl_lightning.algos.base import PRIORITY_KEY
 from rl_lightning.data.budget import FrameBudget
 from rl_lightning.data.collection import Collection
 from rl_lightning.data.ingest import Ingestion
+from rl_lightning.data.rollout import RolloutBuffer
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.transfer import DeviceCopies
 
@@ -100,11 +101,17 @@ class UpdateRound:
             if stream.control.stop_now(False):
                 stream.stop()
                 return
+            if stream.budget.owed <= 0:  # forfeited (an on-policy rollout's passes stopped early)
+                return
             stream.budget.take_update()
             yield next(samples)
 
     def feedback(self, output: TensorDictBase) -> None:
-        """Applies what an update returned: new priorities (prioritized replay)."""
+        """Applies what an update returned: new priorities (prioritized replay); an on-policy rollout's
+        early stop (its remaining updates forfeited)."""
+        replay = self.stream.replay
+        if isinstance(replay, RolloutBuffer) and replay.observe(output):
+            self.stream.budget.forfeit()
         priority = output.get(PRIORITY_KEY, None)
         if priority is not None:
             copies = self.stream.copies

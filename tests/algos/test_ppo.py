@@ -111,9 +111,11 @@ def test_an_update_raises_the_probability_of_actions_with_a_positive_advantage(d
     torch.manual_seed(1)
     module = PPO(*specs(discrete), lr=1e-2, entropy_coef=0.0, normalize_advantages=False)
     rollout = rollout_of(module)
-    stats = module.prepare_rollout(rollout)
+    module.prepare_rollout(rollout)
     assert set(rollout.keys()) >= {"state_value", "advantage", "value_target"}
-    assert stats["explained_variance"].shape == ()
+    value, target = rollout["state_value"], rollout["value_target"]
+    explained = 1 - (target - value).var() / target.var()
+    torch.testing.assert_close(module.explained_variance, explained)
     batch = rollout.reshape(-1)
     batch["advantage"] = torch.where(torch.arange(16) < 8, 1.0, -1.0)
     before = batch["log_prob"].clone()
@@ -123,6 +125,7 @@ def test_an_update_raises_the_probability_of_actions_with_a_positive_advantage(d
     after, _ = module._log_prob_entropy(*module._distribution(batch["observation"]), sample)
     assert (after[:8] - before[:8]).mean() > 0 > (after[8:] - before[8:]).mean()
     assert set(out.keys()) >= {"loss", "loss_policy", "loss_value", "entropy", "approx_kl", "clip_fraction"}
+    assert out["explained_variance"] == explained
 
 
 def test_the_learning_rate_and_the_clipping_range_anneal_over_the_frames() -> None:

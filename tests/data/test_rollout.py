@@ -1,0 +1,82 @@
+"""The on-policy data path: a rollout buffer consumed in epochs of shuffled minibatches, the budget's grant
+per collection, the early stop on the approximate KL, and a saved position that resumes the same
+minibatches; then the whole path through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.cli import SMOKE, run_main
+from tensordict import TensorDict
+
+from rl_lightning.data.budget import FrameBudget
+from rl_lightning.data.rollout import RolloutBuffer
+
+
+def rollout(n: int = 2, t: int = 6) -> TensorDict:
+    return TensorDict({"row": torch.arange(n * t).reshape(n, t), "x": torch.randn(n, t, 3)}, batch_size=[n, t])
+
+
+def test_each_pass_draws_every_row_once_in_a_new_order_after_the_rollout_is_prepared() -> None:
+    prepared = []
+    buffer = RolloutBuffer(lambda td: prepared.append(td.batch_size), epochs=3, minibatches=4)
+    buffer.extend_rollout(rollout())
+    assert prepared == [torch.Size([2, 6])] and len(buffer) == 12
+    passes = [torch.cat([buffer.sample()["row"] for _ in range(4)]) for _ in range(3)]
+    for drawn in passes:
+        assert sorted(drawn.tolist()) == list(range(12))
+    assert not torch.equal(passes[0], passes[1]) or not torch.equal(passes[1], passes[2])
+    assert buffer.epoch == 3
+
+
+def test_a_pass_ending_above_the_target_kl_forfeits_the_rest() -> None:
+    buffer = RolloutBuffer(lambda td: None, epochs=4, minibatches=2, target_kl=0.01)
+    buffer.extend_rollout(rollout())
+    high, low = TensorDict({"approx_kl": torch.tensor(0.5)}), TensorDict({"approx_kl": torch.tensor(0.001)})
+    buffer.sample()
+    assert not buffer.observe(high)  # mid-pass: not checked
+    buffer.sample()
+    assert not buffer.observe(low)  # a pass ended below the target
+    buffer.sample(), buffer.sample()
+    assert buffer.observe(high)  # the second pass ended above it
+    budget = FrameBudget(total_frames=100, updates_per_collection=8)
+    assert budget.add(12) == 8 and budget.owed == 8
+    budget.forfeit()
+    assert budget.owed == 0
+
+
+def test_the_saved_position_resumes_the_same_minibatches(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    buffer = RolloutBuffer(lambda td: None, epochs=2, minibatches=3)
+    buffer.extend_rollout(rollout())
+    buffer.sample()
+    buffer.dumps(tmp_path / "replay")
+    state = torch.get_rng_state()
+    expected = [buffer.sample()["row"] for _ in range(5)]
+    restored = RolloutBuffer(lambda td: None, epochs=2, minibatches=3)
+    restored.loads(tmp_path / "replay")
+    torch.set_rng_state(state)
+    assert [restored.sample()["row"].tolist() for _ in range(5)] == [e.tolist() for e in expected]
+    assert json.loads((tmp_path / "replay" / "position.json").read_text()) == {"epoch": 0, "cursor": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_kl", [None, 1e-6])
+def test_ppo_through_the_cli_does_its_passes_per_rollout_or_stops_them_at_the_target_kl(
+    tmp_path: Path, target_kl: float | None
+) -> None:
+    # 4 envs x 16 steps = 64 frames a rollout; 3 rollouts; 2 epochs of 4 minibatches each.
+    args = ["fit", "algo=ppo", "env=cartpole", "env.num_envs=4", "algo.rollout_steps=16", "algo.epochs=2",
+            "algo.minibatches=4", "algo.lr=0.01", "algo.anneal_lr=false", "total_frames=192", "logger=none",
+            *SMOKE]  # fmt: skip
+    if target_kl is not None:
+        args.append(f"algo.target_kl={target_kl}")
+    out = run_main(tmp_path, *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    # Four Adam steps of 0.01 move the policy far past an approximate KL of 1e-6: one pass per rollout.
+    assert summary["frames"] == 192
+    assert summary["updates"] == (3 * 8 if target_kl is None else 3 * 4)
