@@ -175,6 +175,12 @@ SUITES: dict[str, list[Entry]] = {
         Entry("tdmpc2_hockey_curriculum", "tdmpc2_hockey_curriculum", seeds=(0,), final_episodes=200,
               curves=(*HOCKEY_CURVES, "eval/win_rate", "curriculum/stage"), hooks=("tdmpc2_hockey_goals",)),
     ],
+    # PPO, the on-policy family: CartPole with the RL zoo's recipe, held to 475 within its 100k frames on the
+    # final policy's 100 test episodes, ten seeds.
+    "ppo": [
+        Entry("ppo_cartpole", "ppo_cartpole", ("eval.every_frames=5000",), threshold=475.0, within=100_000,
+              seeds=_TEN, **_TEST),
+    ],
     # SAC with options on GOOGL, and on the NASDAQ Composite (a series no choice of the recipe looked at), 5
     # seeds each; EUR/USD hourly (1 bp: about the pair's spread). The held-out period against buy-and-hold,
     # a moving-average crossover and a constant position at each policy's mean exposure.

@@ -28,7 +28,7 @@ CASES = {name: ([*overrides, "algo.grad_clip=10.0"], data) for name, (overrides,
 
 #: The rows (``algo=NAME``) that document a case's keys, where not its own name: Rainbow is C51 with flags,
 #: and SAC with options logs SAC's keys and its own.
-ROWS_OF = {"rainbow": ("c51",), "sac_options": ("sac_options", "sac")}
+ROWS_OF = {"rainbow": ("c51",), "sac_options": ("sac_options", "sac"), "ppo_continuous": ("ppo",)}
 
 
 def documented(algos: tuple[str, ...] | None = None) -> list[re.Pattern]:

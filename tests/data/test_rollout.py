@@ -17,7 +17,8 @@ from rl_lightning.data.rollout import RolloutBuffer
 
 
 def rollout(n: int = 2, t: int = 6) -> TensorDict:
-    return TensorDict({"row": torch.arange(n * t).reshape(n, t), "x": torch.randn(n, t, 3)}, batch_size=[n, t])
+    rows = torch.arange(n * t).reshape(n, t)
+    return TensorDict({"row": rows, "x": torch.randn(n, t, 3)}, batch_size=[n, t])
 
 
 def test_each_pass_draws_every_row_once_in_a_new_order_after_the_rollout_is_prepared() -> None:

@@ -98,6 +98,37 @@ def transition_data(
     return batches, obs
 
 
+def rollout_data(
+    module: torch.nn.Module, k: int = K, *, seed: int, n: int = 4, t: int = 16
+) -> tuple[list, list]:
+    """An on-policy module's ``k`` minibatches of one prepared rollout of ``n`` envs × ``t`` steps (its own
+    sampled actions and log-probabilities, a tenth of the steps terminal and a tenth truncated), and ``k``
+    batches of ``ACT_N`` observations to act on, all from one generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    obs_dim = int(module.obs_shape[0])
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)  # act samples from the global generator
+    observation = torch.randn(n * t, obs_dim, generator=g)
+    rollout = module.act(TensorDict({"observation": observation}, [n * t])).reshape(n, t)
+    torch.set_rng_state(state)
+    terminated = torch.rand(n, t, 1, generator=g) < 0.1
+    truncated = ~terminated & (torch.rand(n, t, 1, generator=g) < 0.1)
+    rollout["next"] = TensorDict(
+        {
+            "observation": torch.randn(n, t, obs_dim, generator=g),
+            "reward": torch.randn(n, t, 1, generator=g),
+            "terminated": terminated,
+            "done": terminated | truncated,
+        },
+        [n, t],
+    )
+    module.prepare_rollout(rollout)
+    rows = rollout.reshape(-1)
+    batches = [rows[torch.randperm(n * t, generator=g)[: n * t // 2]] for _ in range(k)]
+    obs = [TensorDict({"observation": torch.randn(ACT_N, obs_dim, generator=g)}, [ACT_N]) for _ in range(k)]
+    return batches, obs
+
+
 #: The small discrete env of :func:`discrete_specs`: 4 observations, 3 actions.
 OBS_DIM, N_ACTIONS = 4, 3
 

@@ -34,7 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 from callbacks import DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
 from callbacks._protocol import restore_hot_paths, wrap_hot_path
 from callbacks.direct_steps import CountedStep
-from helpers.batches import transition_data
+from helpers.batches import rollout_data, transition_data
 from helpers.fit import FixedBatches, K
 from rl_lightning.algos.options import OPTION_AGE_KEY, OPTION_KEY
 from rl_lightning.cli import compose
@@ -494,6 +494,10 @@ def options_data(module: torch.nn.Module, k: int = K) -> tuple[list, list]:
     return batches, observations
 
 
+# ----------------------------------------------------------------------------------------------- PPO
+ppo_data = partial(rollout_data, seed=5)
+
+
 #: Every algorithm at a small size, with the batches its update takes: ``{name: (overrides, make_data)}``.
 #: No ``algo.grad_clip`` here: the tests that use it set their own.
 ALGORITHMS: dict[str, tuple[list[str], Callable[..., tuple[list, list]]]] = {
@@ -520,4 +524,6 @@ ALGORITHMS: dict[str, tuple[list[str], Callable[..., tuple[list, list]]]] = {
     "ddpg": (["+experiment=ddpg_pendulum", "algo.hidden_sizes=[32,32]"], actor_critic_data),
     "sac_options": (["+experiment=sac_options_pendulum", "algo.hidden_sizes=[32,32]"], options_data),
     "tdmpc2": (TDMPC2, tdmpc2_data),
+    "ppo": (["+experiment=ppo_cartpole", "algo.hidden_sizes=[32,32]"], ppo_data),
+    "ppo_continuous": (["algo=ppo", "env=pendulum", "algo.hidden_sizes=[32,32]"], ppo_data),
 }
