@@ -180,6 +180,11 @@ SUITES: dict[str, list[Entry]] = {
     "ppo": [
         Entry("ppo_cartpole", "ppo_cartpole", ("eval.every_frames=5000",), threshold=475.0, within=100_000,
               seeds=_TEN, **_TEST),
+        # LunarLander: 200 within 1M frames (the zoo's recipe), five seeds.
+        Entry("ppo_lunarlander", "ppo_lunarlander", threshold=200.0, within=1_000_000, seeds=_FIVE, **_TEST),
+        # MinAtar at 1M frames, five seeds, the minimal action sets as the DQN presets play them.
+        *(Entry(f"ppo_minatar_{key}", "ppo_minatar", (f"env.id=MinAtar/{game}-v1",), seeds=_FIVE)
+          for key, game in (("breakout", "Breakout"), ("space_invaders", "SpaceInvaders"))),
     ],
     # SAC with options on GOOGL, and on the NASDAQ Composite (a series no choice of the recipe looked at), 5
     # seeds each; EUR/USD hourly (1 bp: about the pair's spread). The held-out period against buy-and-hold,
