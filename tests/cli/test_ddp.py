@@ -144,3 +144,17 @@ def test_two_nodes_on_localhost_with_torchrun(tmp_path: Path) -> None:
     for key in ranks[0]:
         torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
     assert shard_lengths(tmp_path / "run" / "checkpoints" / "last.ckpt") == [128, 128]
+
+
+def test_ppo_on_two_ranks_averages_gradients_over_each_ranks_rollouts(tmp_path: Path) -> None:
+    # Each rank collects its own 2 envs x 32 steps per rollout; the budget counts both ranks' frames.
+    out = fit(
+        tmp_path, "+experiment=ppo_cartpole", "trainer=ddp", "device=cpu", "progress_bar=false",
+        "logger=none", "env.num_envs=2", "algo.rollout_steps=32", "algo.epochs=2", "total_frames=512",
+        "eval.every_frames=0", "eval.episodes=1", *dump(tmp_path / "p"),
+    )  # fmt: skip
+    # 512 frames = 4 rollouts of 64 frames on each of the 2 ranks, 2 updates (epochs x 1 minibatch) each.
+    assert out["frames"] == 512 and out["updates"] == 4 * 2
+    ranks = [torch.load(tmp_path / "p" / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
+    for key in ranks[0]:
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], atol=1e-6, rtol=0, msg=key)
