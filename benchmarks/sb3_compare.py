@@ -30,9 +30,21 @@ Recipes (both sides):
 - ``sac_pendulum``: 20k frames, lr 1e-3, batch 256, buffer 1M, 100 random frames, one update per frame,
   tau 0.005, gamma 0.99, automatic entropy, [256, 256] nets.
 
-    pip install 'rl_lightning[compare]'
-    python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum] [--seeds 0 1 2] [--workdir DIR]
-        [--back-to-back] [--sb3-flush-denormal] [--tag T]
+- ``ppo_cartpole``: PPO with the zoo's CartPole recipe (100k frames, 8 envs × 32 steps, 20 epochs of one
+  minibatch of 256, γ 0.98, λ 0.8, lr 1e-3 annealed to 0, clipping 0.2, no entropy bonus, no value
+  clipping, SB3's value loss weight 0.5 on a loss without ½, [64, 64] tanh nets), three processes started
+  at once: this project, Stable-Baselines3 and CleanRL's ``ppo.py`` (the ``cleanrl`` package's, run as its
+  own script with the same settings; it cannot anneal the clipping range, so it keeps 0.2). No side
+  evaluates during training (CleanRL's script has no evaluation), so the wall times are the training runs
+  alone; afterwards each side's final policy plays the same 100 held-out test episodes deterministically
+  (seeds from ``eval.test_seed``). Written to ``sb3_compare_ppo.json``.
+
+The peers live in an environment of their own, never the project's: ``--peers-python`` names its
+interpreter, or the script makes one under ``--workdir`` (``peers/``: torch 2.13.0's CPU build,
+stable-baselines3, and ``cleanrl`` 1.2.0 with the ``gym`` 0.23.1 its ``ppo.py`` is written for).
+
+    python benchmarks/sb3_compare.py [--tasks dqn_cartpole sac_pendulum ppo_cartpole] [--seeds 0 1 2]
+        [--workdir DIR] [--peers-python PY] [--back-to-back] [--sb3-flush-denormal] [--tag T]
 
 Writes ``benchmarks/results/sb3_compare.json`` (``sb3_compare_T.json`` with ``--tag T``).
 """
@@ -63,6 +75,21 @@ TASKS = {
     },
     "sac_pendulum": {"frames": 20_000, "eval_every": 1_000, "threshold": -200.0},
 }
+#: The on-policy comparison: three sides, no evaluation during training, 100 test episodes afterwards.
+PPO_TASK = "ppo_cartpole"
+PPO_FRAMES = 100_000
+#: The zoo's CartPole recipe in CleanRL's ppo.py flags (it has no clipping-range annealing).
+CLEANRL_PPO = ["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "1",
+               "--update-epochs", "20", "--gamma", "0.98", "--gae-lambda", "0.8", "--ent-coef", "0.0",
+               "--learning-rate", "0.001", "--anneal-lr", "True", "--clip-coef", "0.2",
+               "--clip-vloss", "False", "--vf-coef", "1.0", "--max-grad-norm", "0.5",
+               "--cuda", "False"]  # fmt: skip
+#: The first seed of the final evaluations (the project's ``eval.test_seed``).
+TEST_SEED = 1_000_000_000
+TEST_EPISODES = 100
+#: What the peers' environment holds (``--peers-python`` or one made under ``--workdir``).
+PEERS = (["torch==2.13.0"], ["stable-baselines3>=2.3", "gym==0.23.1", "numpy<2", "tensorboard"],
+         ["--no-deps", "--ignore-requires-python", "cleanrl==1.2.0"])  # fmt: skip
 EVAL_EPISODES = 10
 #: The per-run figures averaged over the seeds in the summary.
 FIGURES = ("wall_s", "frames_per_s", "steady_ms_per_frame", "fixed_s", "best_eval", "final_eval")
@@ -108,6 +135,121 @@ def sb3_worker(task: str, seed: int, frames: int, flush_denormal: bool = False) 
     return {"curve": curve, "in_process_s": time.perf_counter() - start}
 
 
+def greedy_returns(act, episodes: int = TEST_EPISODES) -> list[float]:
+    """``act(obs [1, 4]) -> action`` on gymnasium's CartPole-v1, one episode per test seed."""
+    import gymnasium as gym
+    import torch
+
+    env, returns = gym.make("CartPole-v1"), []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=TEST_SEED + i)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                action = act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    return returns
+
+
+def sb3_ppo_worker(seed: int, frames: int) -> dict:
+    """Stable-Baselines3's PPO with the zoo's CartPole recipe in this process: wall time of the training and
+    the final policy's test returns."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    start = time.perf_counter()
+    model = PPO(
+        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), n_steps=32, batch_size=256,
+        gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=lambda left: 1e-3 * left,
+        clip_range=lambda left: 0.2 * left, seed=seed, device="cpu",
+    )  # fmt: skip
+    model.learn(total_timesteps=frames)
+    trained = time.perf_counter()
+    returns = greedy_returns(lambda obs: model.predict(obs.numpy(), deterministic=True)[0][0])
+    return {"train_s": trained - start, "eval_s": time.perf_counter() - trained, "test_returns": returns}
+
+
+def cleanrl_ppo_worker(seed: int, frames: int) -> dict:
+    """CleanRL's ``ppo.py`` (the ``cleanrl`` package's) run as its own script in this process, with the zoo's
+    CartPole settings: wall time of the run and its final agent's test returns (the script's globals)."""
+    import runpy
+
+    import cleanrl.ppo
+
+    sys.argv = ["ppo.py", *CLEANRL_PPO, "--seed", str(seed), "--total-timesteps", str(frames)]
+    os.chdir(tempfile.mkdtemp(prefix="cleanrl_"))  # its TensorBoard logs
+    start = time.perf_counter()
+    script = runpy.run_path(cleanrl.ppo.__file__, run_name="__main__")
+    trained = time.perf_counter()
+    agent = script["agent"]
+    returns = greedy_returns(lambda obs: agent.actor(obs).argmax(-1)[0])
+    return {"train_s": trained - start, "eval_s": time.perf_counter() - trained, "test_returns": returns}
+
+
+def peers_python(workdir: Path, given: str | None) -> str:
+    """The interpreter of the peers' environment: ``given``, or one made (once) under ``workdir``."""
+    if given:
+        return given
+    venv = workdir / "peers"
+    python = venv / "bin" / "python"
+    if not (venv / "ready").is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        for packages in PEERS:
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
+        (venv / "ready").write_text("")
+    return str(python)
+
+
+def peer_versions(peers: str, *packages: str) -> dict[str, str]:
+    """The installed versions of ``packages`` in the peers' environment."""
+    code = f"from importlib import metadata; print(*(metadata.version(p) for p in {list(packages)!r}))"
+    out = subprocess.run([peers, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return dict(zip(packages, out))
+
+
+def compare_ppo(seed: int, workdir: Path, frames: int, peers: str) -> dict:
+    """The three PPO runs of one seed started at once; then each final policy's 100 test episodes. Each
+    side's wall time is its whole process (imports included), less a peer's own test episodes at its end."""
+    cwd = workdir / f"ours_{PPO_TASK}_s{seed}"
+    cwd.mkdir(parents=True, exist_ok=True)
+    ours = [sys.executable, "-m", "rl_lightning", "fit", f"+experiment={PPO_TASK}", f"seed={seed}",
+            f"total_frames={frames}", "progress_bar=false", "device=cpu", "eval.every_frames=0",
+            "eval.episodes=1", "checkpoint.every_frames=0", "logger=none"]  # fmt: skip
+    script = str(Path(__file__).resolve())
+    theirs = [[peers, script, "--worker", side, "--seeds", str(seed), "--frames", str(frames)]
+              for side in ("sb3_ppo", "cleanrl_ppo")]  # fmt: skip
+    start = time.perf_counter()
+    runs = finish([_start(ours, False, cwd), *(_start(cmd, False) for cmd in theirs)], start)
+    (summary, our_wall), (sb3, sb3_wall), (cleanrl, cleanrl_wall) = runs
+    sb3_wall, cleanrl_wall = sb3_wall - sb3["eval_s"], cleanrl_wall - cleanrl["eval_s"]
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "rl_lightning", "evaluate", f"ckpt={summary['last_ckpt']}", "split=test",
+         f"episodes={TEST_EPISODES}", "logger=none"],
+        cwd=cwd, env=ENV, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    ours_eval = json.loads(evaluated.stdout.strip().splitlines()[-1])["return_mean"]
+    sides = {
+        "rl_lightning": (our_wall, ours_eval),
+        "stable_baselines3": (sb3_wall, sb3["test_returns"]),
+        "cleanrl": (cleanrl_wall, cleanrl["test_returns"]),
+    }
+    out = {
+        side: {"wall_s": round(wall, 1), "frames_per_s": round(frames / wall, 1),
+               "final_eval": round(ev if isinstance(ev, float) else statistics.mean(ev), 2)}
+        for side, (wall, ev) in sides.items()
+    }  # fmt: skip
+    return {
+        "task": PPO_TASK, "seed": seed, **out,
+        "wall_ratio_sb3": round(our_wall / sb3_wall, 3),
+        "wall_ratio_cleanrl": round(our_wall / cleanrl_wall, 3),
+    }  # fmt: skip
+
+
 def compile_project() -> None:
     """Writes the project's bytecode, as ``pip install`` does for every package it installs (Stable-Baselines3
     included): a checkout run where ``PYTHONDONTWRITEBYTECODE`` is set compiles its sources again in every
@@ -148,10 +290,10 @@ def start_ours(task: str, seed: int, workdir: Path, frames: int, pin: bool = Fal
 
 
 def start_sb3(
-    task: str, seed: int, frames: int, pin: bool = False, sb3_flush: bool = False
+    task: str, seed: int, frames: int, peers: str, pin: bool = False, sb3_flush: bool = False
 ) -> subprocess.Popen:
     script = str(Path(__file__).resolve())
-    cmd = [sys.executable, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
+    cmd = [peers, script, "--worker", task, "--seeds", str(seed), "--frames", str(frames)]
     return _start(cmd + (["--sb3-flush-denormal"] if sb3_flush else []), pin)
 
 
@@ -212,6 +354,7 @@ def compare(
     seed: int,
     workdir: Path,
     frames: int | None,
+    peers: str,
     back_to_back: bool = False,
     sb3_flush: bool = False,
 ) -> dict:
@@ -220,7 +363,7 @@ def compare(
     if back_to_back:
         starters = {
             "ours": lambda: start_ours(task, seed, workdir, frames, pin=True),
-            "sb3": lambda: start_sb3(task, seed, frames, pin=True, sb3_flush=sb3_flush),
+            "sb3": lambda: start_sb3(task, seed, frames, peers, pin=True, sb3_flush=sb3_flush),
         }
         runs: dict[str, tuple[dict, float]] = {}
         for side in ("ours", "sb3") if seed % 2 == 0 else ("sb3", "ours"):
@@ -231,7 +374,7 @@ def compare(
         start = time.perf_counter()
         ours, theirs = (
             start_ours(task, seed, workdir, frames),
-            start_sb3(task, seed, frames, sb3_flush=sb3_flush),
+            start_sb3(task, seed, frames, peers, sb3_flush=sb3_flush),
         )
         (summary, our_wall), (sb3, sb3_wall) = finish([ours, theirs], start)
     mine = figures(
@@ -250,7 +393,7 @@ def compare(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=[*TASKS, PPO_TASK])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rl_lightning_sb3")
     parser.add_argument("--frames", type=int, help="frames per run instead of the task's (smoke runs)")
@@ -263,8 +406,39 @@ def main() -> None:
         help="Stable-Baselines3 flushes subnormal floats too (rl_lightning's flush_denormal, on by default)",
     )
     parser.add_argument("--tag", help="suffix of the result file name (e.g. more_seeds)")
-    parser.add_argument("--worker", choices=list(TASKS), help=argparse.SUPPRESS)
+    parser.add_argument("--peers-python", help="an environment's interpreter with the peers (default: made)")
+    parser.add_argument("--worker", choices=[*TASKS, "sb3_ppo", "cleanrl_ppo"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker in ("sb3_ppo", "cleanrl_ppo"):
+        worker = sb3_ppo_worker if args.worker == "sb3_ppo" else cleanrl_ppo_worker
+        print(json.dumps(worker(args.seeds[0], args.frames or PPO_FRAMES)))
+        return
+    if PPO_TASK in args.tasks:
+        if set(args.tasks) != {PPO_TASK} or args.back_to_back:
+            parser.error(f"--tasks {PPO_TASK} runs alone (three sides at once, no --back-to-back).")
+        peers = peers_python(args.workdir, args.peers_python)
+        compile_project()
+        rows = [compare_ppo(seed, args.workdir, args.frames or PPO_FRAMES, peers) for seed in args.seeds]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        summary = {
+            key: round(statistics.mean(r[key] for r in rows), 3)
+            for key in ("wall_ratio_sb3", "wall_ratio_cleanrl")
+        } | {
+            f"{side}_{key}_mean": round(statistics.mean(r[side][key] for r in rows), 2)
+            for side in ("rl_lightning", "stable_baselines3", "cleanrl") for key in ("wall_s", "final_eval")
+        }  # fmt: skip
+        name = "sb3_compare_ppo" + ("_smoke" if args.frames else "") + (f"_{args.tag}" if args.tag else "")
+        print(write(name, {
+            "how": "three processes started at once per seed (rl_lightning, Stable-Baselines3, CleanRL's "
+                   "ppo.py), one torch thread each, no evaluation during training; wall time of each whole "
+                   "process (imports included) less a peer's own test episodes; final_eval: the final "
+                   f"policy's mean return over {TEST_EPISODES} held-out test episodes, deterministic",
+            "goals": {"wall_ratio_sb3": 0.7, "wall_ratio_cleanrl": 0.9},
+            "peers": peer_versions(peers, "stable-baselines3", "cleanrl", "torch"),
+            "summary": summary, "runs": rows,
+        }))  # fmt: skip
+        return
     least = max(2 * TASKS[task]["eval_every"] for task in args.tasks)  # two evaluations of each task
     if args.frames and not args.worker and args.frames < least:
         parser.error(
@@ -275,14 +449,15 @@ def main() -> None:
         frames = args.frames or TASKS[args.worker]["frames"]
         print(json.dumps(sb3_worker(args.worker, args.seeds[0], frames, args.sb3_flush_denormal)))
         return
-    from importlib import metadata
-
+    peers = peers_python(args.workdir, args.peers_python)
     compile_project()
     rows = []
     for task in args.tasks:
         for seed in args.seeds:
             rows.append(
-                compare(task, seed, args.workdir, args.frames, args.back_to_back, args.sb3_flush_denormal)
+                compare(
+                    task, seed, args.workdir, args.frames, peers, args.back_to_back, args.sb3_flush_denormal
+                )
             )
             print(json.dumps(rows[-1])[:400], flush=True)
     summary = {}
@@ -315,7 +490,7 @@ def main() -> None:
                 "evaluations and, for rl_lightning, checkpoints included); "
                 "steady_ms_per_frame: wall time per frame from the first evaluation to the last (evaluations "
                 "included), fixed_s: wall_s minus that rate times the frames (start-up, teardown)",
-                "stable_baselines3": metadata.version("stable-baselines3"),
+                "stable_baselines3": peer_versions(peers, "stable-baselines3")["stable-baselines3"],
                 "subnormal_floats": (
                     "flushed to zero on both sides"
                     if args.sb3_flush_denormal
