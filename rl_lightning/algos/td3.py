@@ -17,7 +17,6 @@ without the mark, one variant each.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -27,13 +26,7 @@ from torchrl.data import Bounded, TensorSpec
 from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
-from rl_lightning.algos.base import (
-    TRANSITION_KEYS,
-    IncompatibleEnvError,
-    ReplayRequirements,
-    RLModule,
-    priority_feedback,
-)
+from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
@@ -41,6 +34,13 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     mark_critic_only,
     without_grad,
+)
+from rl_lightning.algos.hparams import (
+    DeterministicActorCriticHParams,
+    save_hparams,
+    shares,
+    split_shared,
+    vector_obs_dim,
 )
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
@@ -58,55 +58,31 @@ class DeterministicActorCritic(RLModule):
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critic(s).
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
         policy_delay: critic updates per actor (and target) update.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams` (learning rates,
+            ``gamma``, ``tau``, ``grad_clip``, ``hidden_sizes``, ``exploration_noise``); recorded in
+            ``hparams`` with the subclass's own arguments.
     """
 
     cuda_graph_safe = ("update", "act")
     compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("_critic_loss", "_actor_loss")}
     ddp_find_unused_parameters = True  # the critic's backward skips the actor; the actor's, the critics
     loss_module: LossModule
+    hp: DeterministicActorCriticHParams
 
     def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        hidden_sizes: Sequence[int],
-        actor_lr: float,
-        critic_lr: float,
-        gamma: float,
-        tau: float,
-        exploration_noise: float,
-        policy_delay: int,
-        grad_clip: float | None,
+        self, observation_spec: TensorSpec, action_spec: TensorSpec, policy_delay: int, **shared: Any
     ) -> None:
         super().__init__(observation_spec, action_spec)
         name = type(self).__name__
         self.actions = ActionScaler(action_spec, name)
-        if len(self.obs_shape) != 1:
-            raise IncompatibleEnvError(
-                f"{name} takes vector observations, got shape {tuple(self.obs_shape)}; "
-                "flatten the observation with a gymnasium wrapper."
-            )
-        if not 0.0 < gamma <= 1.0:
-            raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"algo.tau={tau} must lie in (0, 1].")
-        if exploration_noise < 0:
-            raise ValueError(f"algo.exploration_noise={exploration_noise} must be >= 0.")
+        self.obs_dim, self.action_dim = vector_obs_dim(self, name), self.actions.action_dim
+        (self.hp,) = split_shared(type(self), shared)
         if policy_delay < 1:
             raise ValueError(f"algo.policy_delay={policy_delay} must be >= 1 (1: no delay).")
-        if grad_clip is not None and grad_clip <= 0:
-            raise ValueError(f"algo.grad_clip={grad_clip} must be > 0 or null (no clipping).")
-        self.obs_dim, self.action_dim = int(self.obs_shape[0]), self.actions.action_dim
+        save_hparams(self, self.hp)
         self.unit_box = Bounded(-1.0, 1.0, shape=(self.action_dim,))
-        self.actor_net = DeterministicActorNet(self.obs_dim, self.action_dim, hidden_sizes)
+        self.actor_net = DeterministicActorNet(self.obs_dim, self.action_dim, self.hp.hidden_sizes)
         self.policy_delay = policy_delay
         # The last actor step's loss (and gradient norm), returned by critic-only updates too, so that every
         # update has the same metrics.
@@ -115,7 +91,7 @@ class DeterministicActorCritic(RLModule):
         # Updates scheduled so far: a Python int, read on the host only (checkpointed, see below).
         self.num_updates = 0
 
-    def _modules_for_loss(self, hidden_sizes: Sequence[int]) -> tuple[Actor, ValueOperator]:
+    def _modules_for_loss(self) -> tuple[Actor, ValueOperator]:
         """The actor (around ``actor_net``) and a critic as TorchRL modules, for the loss to take over.
 
         Not registered here: the loss owns their parameters (TD3Loss re-initialises one critic per
@@ -123,7 +99,7 @@ class DeterministicActorCritic(RLModule):
         """
         actor = Actor(self.actor_net, in_keys=["observation"], out_keys=["action"], spec=self.unit_box)
         critic = ValueOperator(
-            QNet(self.obs_dim, self.action_dim, hidden_sizes), in_keys=["observation", "action"]
+            QNet(self.obs_dim, self.action_dim, self.hp.hidden_sizes), in_keys=["observation", "action"]
         )
         return actor, critic
 
@@ -241,52 +217,36 @@ class DeterministicActorCritic(RLModule):
         ]
 
 
+@shares(DeterministicActorCriticHParams)
 class TD3(DeterministicActorCritic):
     """Twin Delayed DDPG: clipped double Q, target policy smoothing, delayed actor and target updates.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critics.
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
         policy_delay: critic updates per actor (and target) update.
         target_noise: std of the smoothing noise on the target actor's action, in ``[-1, 1]`` units.
         noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]``.
         num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams`.
     """
 
     def __init__(
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
         policy_delay: int = 2,
         target_noise: float = 0.2,
         noise_clip: float = 0.5,
         num_qvalue_nets: int = 2,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
-        super().__init__(
-            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
-            exploration_noise, policy_delay, grad_clip,
-        )  # fmt: skip
+        super().__init__(observation_spec, action_spec, policy_delay, **shared)
         if target_noise < 0 or noise_clip < 0:
             raise ValueError("algo.target_noise and algo.noise_clip must be >= 0.")
         if num_qvalue_nets < 1:
             raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        actor, critic = self._modules_for_loss(hidden_sizes)
+        actor, critic = self._modules_for_loss()
         self.loss_module = TD3Loss(
             actor,
             critic,
@@ -307,40 +267,19 @@ class TD3(DeterministicActorCritic):
         return self.loss_module.actor_loss(td)[0]
 
 
+@shares(DeterministicActorCriticHParams)
 class DDPG(DeterministicActorCritic):
     """Deep Deterministic Policy Gradient: one critic, target actor and critic, Gaussian exploration.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of the critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critic.
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
-        grad_clip: max gradient norm of the actor and of the critic (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams`.
     """
 
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
-        grad_clip: float | None = None,
-    ) -> None:
-        super().__init__(
-            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
-            exploration_noise, 1, grad_clip,
-        )  # fmt: skip
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        actor, critic = self._modules_for_loss(hidden_sizes)
+    def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec, **shared: Any) -> None:
+        super().__init__(observation_spec, action_spec, 1, **shared)
+        actor, critic = self._modules_for_loss()
         self.loss_module = DDPGLoss(actor, critic, loss_function="l2", delay_actor=True)
         self._finish_loss()
 

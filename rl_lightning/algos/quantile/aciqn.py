@@ -40,6 +40,7 @@ from rl_lightning.algos.common import (
     polyak_update,
     without_grad,
 )
+from rl_lightning.algos.hparams import ActorCriticHParams, save_hparams, shares, split_shared
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.nn.layers import Ensemble
@@ -51,6 +52,7 @@ __all__ = ["ACIQN", "CRITIC_ONLY"]
 _COUNTER_KEY = "aciqn_updates"
 
 
+@shares(ActorCriticHParams)
 class ACIQN(RLModule):
     """Actor-critic IQN with TD3's target smoothing, twin critics and delayed actor updates.
 
@@ -78,20 +80,19 @@ class ACIQN(RLModule):
         kappa: Huber threshold of the quantile loss.
         risk: distortion of the actor's objective: ``neutral``, ``cvar``, ``wang``, ``cpw`` or ``pow``.
         risk_param: its :math:`\\eta`.
-        actor_lr: the actor's Adam learning rate.
-        critic_lr: the critics' Adam learning rate.
-        gamma: discount.
-        tau: Polyak rate of the target networks (at each actor step).
         policy_delay: critic steps per actor step.
         exploration_noise: std of the Gaussian noise added to the actor's ``[-1, 1]`` action when exploring.
         target_noise: std :math:`\\sigma` of the target policy smoothing noise.
         target_noise_clip: its clip :math:`c`.
-        grad_clip: max gradient norm of each step (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.ActorCriticHParams` (the actor's and the critics'
+            learning rates, ``gamma``, ``tau`` of the target networks at each actor step, ``grad_clip`` of
+            each step).
     """
 
     cuda_graph_safe = ("update", "act")
     compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("critic_loss", "actor_loss")}
     ddp_find_unused_parameters = True  # the critic step's backward skips the actor; the actor's, the critics
+    hp: ActorCriticHParams
 
     def __init__(
         self,
@@ -107,32 +108,26 @@ class ACIQN(RLModule):
         kappa: float = 1.0,
         risk: str = "neutral",
         risk_param: float = 0.0,
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
         policy_delay: int = 2,
         exploration_noise: float = 0.1,
         target_noise: float = 0.2,
         target_noise_clip: float = 0.5,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         self.actions = ActionScaler(action_spec, "AC-IQN")
+        (self.hp,) = split_shared(type(self), shared)
         check_risk(risk, risk_param)
         if num_critics < 1 or policy_delay < 1:
             raise ValueError("AC-IQN needs algo.num_critics >= 1 and algo.policy_delay >= 1.")
         if min(n_quantiles, n_target_quantiles, n_policy_quantiles) < 1 or kappa <= 0:
             raise ValueError("AC-IQN needs algo.n_*quantiles >= 1 and algo.kappa > 0.")
-        if not 0.0 < gamma <= 1.0 or not 0.0 < tau <= 1.0:
-            raise ValueError("AC-IQN needs algo.gamma in (0, 1] and algo.tau in (0, 1].")
         if len(critic_hidden_sizes) < 2:
             raise ValueError(
                 f"algo.critic_hidden_sizes={list(critic_hidden_sizes)}: AC-IQN's critic needs at least two "
                 "widths (the state-action trunk, then the head)."
             )
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        save_hparams(self, self.hp)
         obs_dim = int(torch.Size(self.obs_shape).numel())
         act_dim = self.actions.action_dim
         actor_hidden = [int(w) for w in actor_hidden_sizes]
