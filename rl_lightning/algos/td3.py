@@ -21,20 +21,17 @@ from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
 from torchrl.data import Bounded, TensorSpec
 from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
-from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import RLModule, priority_feedback
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
-    ScaledActorPolicy,
     clip_grad_norm,
-    mark_critic_only,
-    without_grad,
 )
+from rl_lightning.algos.deterministic import DeterministicActorMixin
 from rl_lightning.algos.hparams import (
     DeterministicActorCriticHParams,
     save_hparams,
@@ -50,8 +47,9 @@ __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
 _COUNTER_KEY = "actor_critic_updates"
 
 
-class DeterministicActorCritic(RLModule):
-    """What TD3 and DDPG share: the deterministic actor, exploration, the delayed update, PER feedback.
+class DeterministicActorCritic(DeterministicActorMixin, RLModule):
+    """What TD3 and DDPG share: the deterministic actor, exploration and the delayed actor's schedule
+    (:class:`~rl_lightning.algos.deterministic.DeterministicActorMixin`), the delayed update, PER feedback.
 
     Subclasses build ``self.loss_module`` and implement ``_critic_loss`` and ``_actor_loss``.
 
@@ -69,6 +67,8 @@ class DeterministicActorCritic(RLModule):
     ddp_find_unused_parameters = True  # the critic's backward skips the actor; the actor's, the critics
     loss_module: LossModule
     hp: DeterministicActorCriticHParams
+    update_counter_key = _COUNTER_KEY
+    actor_attribute = "actor_net"
 
     def __init__(
         self, observation_spec: TensorSpec, action_spec: TensorSpec, policy_delay: int, **shared: Any
@@ -88,7 +88,7 @@ class DeterministicActorCritic(RLModule):
         # update has the same metrics.
         self.register_buffer("last_loss_actor", torch.zeros(()))
         self.register_buffer("last_grad_norm_actor", torch.zeros(()))
-        # Updates scheduled so far: a Python int, read on the host only (checkpointed, see below).
+        # Updates scheduled so far: a Python int, read on the host only (checkpointed by the mixin).
         self.num_updates = 0
 
     def _modules_for_loss(self) -> tuple[Actor, ValueOperator]:
@@ -106,48 +106,6 @@ class DeterministicActorCritic(RLModule):
     def _finish_loss(self) -> None:
         self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=self.hparams.gamma)
         self.target_updater = SoftUpdate(self.loss_module, tau=self.hparams.tau)
-
-    # ------------------------------------------------------------------ protocol
-    def replay_requirements(self) -> ReplayRequirements:
-        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(
-            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
-        )
-
-    @without_grad
-    def act(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's actions ``[N, A]`` plus Gaussian noise, clipped to the bounds."""
-        action = self.actor_net(td.get("observation").float())
-        noise = torch.randn_like(action) * self.hparams.exploration_noise
-        td.set("action", self.actions.to_env((action + noise).clamp(-1.0, 1.0)))
-        return td
-
-    @without_grad
-    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's action, without noise."""
-        td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))
-        return td
-
-    def export_policy(self) -> nn.Module:
-        """The actor's action without noise, in the env's bounds (what ``act_eval`` does)."""
-        return ScaledActorPolicy(self.actor_net, self.actions)
-
-    def prepare_sample(self, batch: TensorDictBase) -> TensorDictBase:
-        """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
-
-        Returns:
-            ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
-        """
-        self.num_updates += 1
-        return mark_critic_only(batch, self.num_updates, self.policy_delay)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint[_COUNTER_KEY] = self.num_updates
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.num_updates = int(checkpoint.get(_COUNTER_KEY, 0))
 
     # ------------------------------------------------------------------ the update
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
