@@ -147,7 +147,8 @@ def shares(*groups: type[HParams]) -> Callable[[_Cls], _Cls]:
     Sets ``cls.__signature__`` to the constructor's own arguments followed by the groups' fields
     (keyword-only, with their defaults and resolved types), which is what ``inspect.signature(cls)``
     returns: the CLI checks the keys and types of ``algo.*`` against it, and the config tests its defaults.
-    Sets ``cls.hparam_groups`` (what :func:`split_shared` builds).
+    Sets ``cls.hparam_groups`` (what :func:`split_shared` builds). Subclasses inherit both: one that
+    changes the constructor's arguments is decorated again.
     """
 
     def decorate(cls: _Cls) -> _Cls:

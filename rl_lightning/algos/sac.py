@@ -26,7 +26,8 @@ targets are computed without gradients, so one backward gives each optimizer its
 Adam steps (actor, critics, temperature), then a Polyak update of the target critics. Several gradient
 steps per collected frame are the data path's ``collect.updates_per_frame``.
 
-:class:`SoftActorCritic` holds what SAC and discrete SAC (``rl_lightning.algos.sac_discrete``) share.
+:class:`SoftActorCritic` holds what SAC, discrete SAC (``rl_lightning.algos.sac_discrete``) and SAC with
+options (``rl_lightning.algos.options``) share.
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ from rl_lightning.nn.actor_critic import EnsembleQNet, GaussianActorNet, TanhMea
 
 __all__ = ["SAC", "SoftActorCritic", "sac_outputs"]
 
-#: What ``SoftActorCritic._losses`` returns besides the TD errors: the three losses and two metrics.
+#: The metrics every ``SoftActorCritic._losses`` reports: the three losses and two more figures.
 SAC_OUTPUTS = ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy")
 
 
 class SoftActorCritic(RLModule):
-    """What SAC and discrete SAC share: three optimizers, one update, Polyak targets, PER feedback.
+    """What SAC, discrete SAC and SAC with options share: one Adam per network, one update of the summed
+    losses, Polyak targets, PER feedback.
 
     Subclasses implement ``_losses`` (replay sample -> the losses and TD errors), ``_collect_params`` (the
     parameters of each optimizer), ``act`` and ``act_eval``; ``_update_targets`` (Polyak by default) and
