@@ -52,7 +52,7 @@ import torch
 from _common import write
 from omegaconf import OmegaConf
 
-from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
+from rl_lightning.algos.tdmpc2.planner import MPPIPlanner, PlannerSettings
 from rl_lightning.cli.run import container, env_config, restore_module
 from rl_lightning.envs.factory import make_gym_env
 from rl_lightning.envs.hockey import HockeyVsOpponentEnv
@@ -95,7 +95,10 @@ class Checkpoint:
         if args["num_pi_trajs"] == "half":
             args["num_pi_trajs"] = args["num_samples"] // 2
         args["num_elites"] = min(args["num_elites"], args["num_samples"])
-        return MPPIPlanner(self.module.action_dim, num_envs=1, discount=float(self.module.discount), **args)
+        settings = PlannerSettings(**args)
+        return MPPIPlanner(
+            self.module.action_dim, num_envs=1, discount=float(self.module.discount), settings=settings
+        )
 
     def scenarios(self) -> dict[str, Callable[[], Any]]:
         """Each evaluation scenario's gymnasium env maker (hockey: one per opponent variant)."""

@@ -26,7 +26,8 @@ targets are computed without gradients, so one backward gives each optimizer its
 Adam steps (actor, critics, temperature), then a Polyak update of the target critics. Several gradient
 steps per collected frame are the data path's ``collect.updates_per_frame``.
 
-:class:`SoftActorCritic` holds what SAC and discrete SAC (``rl_lightning.algos.sac_discrete``) share.
+:class:`SoftActorCritic` holds what SAC, discrete SAC (``rl_lightning.algos.sac_discrete``) and SAC with
+options (``rl_lightning.algos.options``) share.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from __future__ import annotations
 import copy
 import math
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -58,58 +58,46 @@ from rl_lightning.algos.common import (
     weighted_mean,
     without_grad,
 )
+from rl_lightning.algos.hparams import (
+    SoftActorCriticHParams,
+    save_hparams,
+    shares,
+    split_shared,
+    vector_obs_dim,
+)
 from rl_lightning.nn.actor_critic import EnsembleQNet, GaussianActorNet, TanhMean, tanh_normal_rsample
 
-__all__ = ["SAC", "SoftActorCritic"]
+__all__ = ["SAC", "SoftActorCritic", "sac_outputs"]
 
-#: What ``SoftActorCritic._losses`` returns besides the TD errors: the three losses and two metrics.
+#: The metrics every ``SoftActorCritic._losses`` reports: the three losses and two more figures.
 SAC_OUTPUTS = ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy")
 
 
 class SoftActorCritic(RLModule):
-    """What SAC and discrete SAC share: three optimizers, one update, Polyak targets, PER feedback.
+    """What SAC, discrete SAC and SAC with options share: one Adam per network, one update of the summed
+    losses, Polyak targets, PER feedback.
 
     Subclasses implement ``_losses`` (replay sample -> the losses and TD errors), ``_collect_params`` (the
-    parameters of each optimizer), ``_update_targets``, ``act`` and ``act_eval``.
+    parameters of each optimizer), ``act`` and ``act_eval``; ``_update_targets`` (Polyak by default) and
+    ``_learning_rates`` where they differ.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec.
-        gamma: discount.
-        tau: Polyak rate of the target critics.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critics.
-        alpha_lr: Adam learning rate of ``log(alpha)``.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: the family's settings, :class:`~rl_lightning.algos.hparams.SoftActorCriticHParams`
+            (learning rates, ``gamma``, ``tau``, ``grad_clip``, ``hidden_sizes``, the critic ensemble and
+            the temperature); recorded in ``hparams`` with the subclass's own arguments.
     """
 
     cuda_graph_safe = ("update", "act")
     compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("_losses",)}
+    hp: SoftActorCriticHParams
 
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        gamma: float,
-        tau: float,
-        actor_lr: float,
-        critic_lr: float,
-        alpha_lr: float,
-        grad_clip: float | None,
-    ) -> None:
+    def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec, **shared: Any) -> None:
         super().__init__(observation_spec, action_spec)
-        if not 0.0 < gamma <= 1.0:
-            raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"algo.tau={tau} must lie in (0, 1] (1 copies the critics every update).")
-        if grad_clip is not None and grad_clip <= 0:
-            raise ValueError(f"algo.grad_clip={grad_clip} must be > 0 or null (no clipping).")
-        if len(self.obs_shape) != 1:
-            raise IncompatibleEnvError(
-                f"{type(self).__name__} takes vector observations, got shape {tuple(self.obs_shape)}; "
-                "flatten the observation with a gymnasium wrapper."
-            )
-        self.obs_dim = int(self.obs_shape[0])
+        (self.hp,) = split_shared(type(self), shared)
+        save_hparams(self, self.hp)
+        self.obs_dim = vector_obs_dim(self, type(self).__name__)
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
@@ -119,59 +107,75 @@ class SoftActorCritic(RLModule):
         )
 
     @abstractmethod
-    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, Tensor], Tensor]:
+    def _losses(self, batch: TensorDictBase) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """The losses of ``batch`` (``[B]`` transitions, left unchanged).
 
         Returns:
-            ``{name: scalar}`` for every name of ``SAC_OUTPUTS`` (``alpha`` and ``entropy`` detached), and
-            the TD errors ``[B]`` (the larger critic's ``|Q(s, a) - y|``).
+            Their sum (the critic targets carry no gradient and the actor loss reads detached critics, so
+            the sum's gradient is each loss's own gradient on its own parameters), the detached metrics
+            (every name of ``SAC_OUTPUTS``, and what a subclass adds), and the TD errors ``[B]`` (the new
+            priorities).
         """
 
     @abstractmethod
     def _collect_params(self) -> dict[str, list[Tensor]]:
-        """The parameters of the ``actor``, ``critic`` and ``alpha`` optimizers, in ``update``'s order
-        (``_param_lists`` keeps them)."""
+        """The parameters of each optimizer, in ``update``'s order (``actor``, ``qvalue``, ``alpha``, and
+        what a subclass adds), then those of the target networks (names starting with ``target``);
+        ``_param_lists`` keeps them."""
 
-    @abstractmethod
     def _update_targets(self) -> None:
-        """One Polyak step of the target critics towards the critics."""
+        """One Polyak step of the target critics towards the critics (``target_critic`` and ``qvalue`` of
+        ``_collect_params``)."""
+        params = self._param_lists()
+        polyak_update(params["target_critic"], params["qvalue"], self.hparams.tau)
+
+    def _learning_rates(self) -> dict[str, float]:
+        """Each optimizer's learning rate, by the name of its parameters in ``_collect_params``."""
+        hp = self.hparams
+        return {"actor": hp.actor_lr, "qvalue": hp.critic_lr, "alpha": hp.alpha_lr}
+
+    def _optimizer_params(self) -> dict[str, list[Tensor]]:
+        """The parameters of each optimizer, in the order ``update`` steps them."""
+        return {name: p for name, p in self._param_lists().items() if not name.startswith("target")}
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
-        """One SAC step on ``batch`` (``[B]`` transitions).
+        """One step on ``batch`` (``[B]`` transitions): one backward of the summed losses, one Adam step of
+        each optimizer, then the targets' Polyak step.
 
         Returns:
             ``loss_qvalue`` (summed over the critics), ``loss_actor``, ``loss_alpha``, ``alpha`` (the
-            temperature the losses used), ``entropy`` (the policy's, estimated on the batch), with
-            ``grad_norm_actor``/``grad_norm_qvalue`` when clipping, and, for a prioritized sample, the new
-            priorities (the larger of the critics' ``|TD error|``) under ``"priority"``.
+            temperature the losses used), ``entropy`` (the policy's, estimated on the batch) and what a
+            subclass adds, with ``grad_norm_<name>`` of each network (``actor``, ``qvalue``, ...) when
+            clipping, and, for a prioritized sample, the new priorities under ``"priority"``.
         """
-        losses, td_error = self._losses(batch)
-        optimizers = [self.optimizer(i) for i in range(3)]
+        loss, metrics, td_error = self._losses(batch)
+        groups = self._optimizer_params()
+        optimizers = [self.optimizer(i) for i in range(len(groups))]
         self.clear_grads(*optimizers)
-        # The critic targets carry no gradient and the actor loss reads detached critics: the sum's
-        # gradient is each loss's own gradient on its own parameters.
-        self.backward_loss(losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"])
-        metrics = {k: losses[k].detach() for k in SAC_OUTPUTS}
-        if self.hparams.grad_clip is not None:
-            params = self._param_lists()
-            metrics["grad_norm_actor"] = clip_grad_norm(params["actor"], self.hparams.grad_clip)
-            metrics["grad_norm_qvalue"] = clip_grad_norm(params["critic"], self.hparams.grad_clip)
+        self.backward_loss(loss)
+        clip = self.hparams.grad_clip
+        if clip is not None:
+            for name, params in groups.items():
+                if name != "alpha":
+                    metrics[f"grad_norm_{name}"] = clip_grad_norm(params, clip)
         for opt in optimizers:
             opt.step()
         self._update_targets()
         return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """Actor, critics, temperature: one Adam each (the order ``update`` steps them in)."""
-        hp = self.hparams
-        params = self._param_lists()
-        return [
-            self.make_optimizer(params["actor"], hp.actor_lr),
-            self.make_optimizer(params["critic"], hp.critic_lr),
-            self.make_optimizer(params["alpha"], hp.alpha_lr),
-        ]
+        """One Adam per network (actor, critics, temperature, ...), in the order ``update`` steps them."""
+        lrs = self._learning_rates()
+        return [self.make_optimizer(params, lrs[name]) for name, params in self._optimizer_params().items()]
 
 
+def sac_outputs(losses: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    """SAC's three losses summed (what ``update`` differentiates) and ``SAC_OUTPUTS`` detached."""
+    loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+    return loss, {k: losses[k].detach() for k in SAC_OUTPUTS}
+
+
+@shares(SoftActorCriticHParams)
 class SAC(SoftActorCritic):
     """Soft Actor-Critic for bounded continuous actions.
 
@@ -181,17 +185,8 @@ class SAC(SoftActorCritic):
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critics.
-        alpha_lr: Adam learning rate of ``log(alpha)``.
-        gamma: discount.
-        tau: Polyak rate of the target critics.
-        alpha_init: initial entropy temperature.
-        autotune_alpha: learn ``alpha`` towards ``target_entropy``; ``False`` keeps ``alpha_init``.
         target_entropy: the entropy ``alpha`` is tuned towards; ``None``: ``-|A|`` (the SAC paper's).
-        num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.SoftActorCriticHParams`.
     """
 
     legacy_state_keys: ClassVar[dict[str, str]] = {"loss_module.log_alpha": "log_alpha"}
@@ -206,19 +201,10 @@ class SAC(SoftActorCritic):
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        alpha_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        alpha_init: float = 1.0,
-        autotune_alpha: bool = True,
         target_entropy: float | None = None,
-        num_qvalue_nets: int = 2,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
-        super().__init__(observation_spec, action_spec, gamma, tau, actor_lr, critic_lr, alpha_lr, grad_clip)
+        super().__init__(observation_spec, action_spec, **shared)
         if isinstance(action_spec, Categorical):
             raise IncompatibleEnvError(
                 "SAC here is for continuous actions, but the env's actions are discrete; "
@@ -226,21 +212,15 @@ class SAC(SoftActorCritic):
             )
         # Affine map between the actor's [-1, 1] and the env's bounds (rejects unbounded actions).
         self.actions = ActionScaler(action_spec, "SAC")
-        if alpha_init <= 0:
-            raise ValueError(f"algo.alpha_init={alpha_init} must be > 0.")
-        if num_qvalue_nets < 1:
-            raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        action_dim = self.actions.action_dim
-        self.actor_net = GaussianActorNet(self.obs_dim, action_dim, hidden_sizes)
-        self.critic = EnsembleQNet(self.obs_dim, action_dim, hidden_sizes, num_qvalue_nets)
+        hp, action_dim = self.hp, self.actions.action_dim
+        self.actor_net = GaussianActorNet(self.obs_dim, action_dim, hp.hidden_sizes)
+        self.critic = EnsembleQNet(self.obs_dim, action_dim, hp.hidden_sizes, hp.num_qvalue_nets)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=autotune_alpha)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.alpha_init)), requires_grad=hp.autotune_alpha)
         self.target_entropy = -float(action_dim) if target_entropy is None else float(target_entropy)
 
     # ------------------------------------------------------------------ losses
-    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, Tensor], Tensor]:
+    def _losses(self, batch: TensorDictBase) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """SAC's three losses on ``batch``; see the module docstring for the formulas."""
         obs = batch.get("observation").float()
         action = self.actions.from_env(batch.get("action"))
@@ -262,7 +242,7 @@ class SAC(SoftActorCritic):
             "alpha": alpha,
             "entropy": -log_prob.detach().mean(),
         }
-        return losses, td_error
+        return *sac_outputs(losses), td_error
 
     @torch.no_grad()
     def critic_targets(self, batch: TensorDictBase, alpha: Tensor) -> Tensor:
@@ -287,14 +267,10 @@ class SAC(SoftActorCritic):
         """The optimizers' parameters, and the target critics' for the Polyak step."""
         return {
             "actor": list(self.actor_net.parameters()),
-            "critic": list(self.critic.parameters()),
+            "qvalue": list(self.critic.parameters()),
             "alpha": [self.log_alpha],
             "target_critic": list(self.target_critic.parameters()),
         }
-
-    def _update_targets(self) -> None:
-        params = self._param_lists()
-        polyak_update(params["target_critic"], params["critic"], self.hparams.tau)
 
     # ------------------------------------------------------------------ hot paths
     @without_grad

@@ -14,7 +14,7 @@ episodes ending with the cart leaving the track.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -27,61 +27,40 @@ from torchrl.objectives import DiscreteSACLoss, SoftUpdate, ValueEstimators
 
 from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.common import GreedyPolicy, without_grad
-from rl_lightning.algos.sac import SAC_OUTPUTS, SoftActorCritic
+from rl_lightning.algos.hparams import SoftActorCriticHParams, shares
+from rl_lightning.algos.sac import SAC_OUTPUTS, SoftActorCritic, sac_outputs
 from rl_lightning.nn.actor_critic import mlp_head
 
 __all__ = ["DiscreteSAC"]
 
 
+@shares(SoftActorCriticHParams)
 class DiscreteSAC(SoftActorCritic):
     """Soft Actor-Critic with a categorical policy, for discrete action spaces.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be discrete (``Categorical``).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critics.
-        alpha_lr: Adam learning rate of ``log(alpha)``.
-        gamma: discount.
-        tau: Polyak rate of the target critics.
-        alpha_init: initial entropy temperature.
-        autotune_alpha: learn ``alpha`` towards the target entropy; ``False`` keeps ``alpha_init``.
         target_entropy_scale: the target entropy as a fraction of the largest, ``log(n_actions)``.
-        num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.SoftActorCriticHParams`.
     """
 
     def __init__(
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        alpha_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        alpha_init: float = 1.0,
-        autotune_alpha: bool = True,
         target_entropy_scale: float = 0.89,
-        num_qvalue_nets: int = 2,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
-        super().__init__(observation_spec, action_spec, gamma, tau, actor_lr, critic_lr, alpha_lr, grad_clip)
+        super().__init__(observation_spec, action_spec, **shared)
         if not isinstance(action_spec, Categorical):
             raise IncompatibleEnvError(
                 f"DiscreteSAC needs a discrete action space, but the env's actions are "
                 f"{type(action_spec).__name__}; use algo=sac for continuous actions."
             )
-        if alpha_init <= 0:
-            raise ValueError(f"algo.alpha_init={alpha_init} must be > 0.")
         if not 0.0 <= target_entropy_scale <= 1.0:
             raise ValueError(f"algo.target_entropy_scale={target_entropy_scale} must lie in [0, 1].")
-        if num_qvalue_nets < 1:
-            raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        hp, hidden_sizes = self.hp, self.hp.hidden_sizes
         self.n_actions = int(action_spec.space.n)
         self.actor_net = mlp_head(self.obs_dim, self.n_actions, hidden_sizes)
         single = Categorical(self.n_actions, dtype=torch.int64)
@@ -102,14 +81,14 @@ class DiscreteSAC(SoftActorCritic):
             critic,
             action_space="categorical",
             num_actions=self.n_actions,
-            num_qvalue_nets=num_qvalue_nets,
+            num_qvalue_nets=hp.num_qvalue_nets,
             loss_function="l2",
-            alpha_init=alpha_init,
-            fixed_alpha=not autotune_alpha,
+            alpha_init=hp.alpha_init,
+            fixed_alpha=not hp.autotune_alpha,
             target_entropy=target_entropy_scale * math.log(self.n_actions),
         )
-        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
-        self.target_updater = SoftUpdate(self.loss_module, tau=tau)
+        self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=hp.gamma)
+        self.target_updater = SoftUpdate(self.loss_module, tau=hp.tau)
         # The loss creates its target-entropy buffer on first use: create it now, so that the state dict
         # has the same keys before and after the first update (checkpoints load either way).
         _ = self.loss_module.target_entropy
@@ -122,17 +101,17 @@ class DiscreteSAC(SoftActorCritic):
         """The replay sample as the loss reads it (a shallow copy: the sample itself is left unchanged)."""
         return batch.copy()
 
-    def _losses(self, batch: TensorDictBase) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _losses(self, batch: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         td = self._loss_input(batch)
         out = self.loss_module(td)
-        return {k: out.get(k) for k in SAC_OUTPUTS}, td.get("td_error")
+        return *sac_outputs({k: out.get(k) for k in SAC_OUTPUTS}), td.get("td_error")
 
     def _collect_params(self) -> dict[str, list[torch.Tensor]]:
         """The leaves of the loss's actor and critic TensorDictParams, and its temperature."""
         loss = self.loss_module
         return {
             "actor": list(loss.actor_network_params.values(True, True)),
-            "critic": list(loss.qvalue_network_params.values(True, True)),
+            "qvalue": list(loss.qvalue_network_params.values(True, True)),
             "alpha": [loss.log_alpha],
         }
 

@@ -17,30 +17,27 @@ without the mark, one variant each.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
 from torchrl.data import Bounded, TensorSpec
 from torchrl.modules import Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, SoftUpdate, TD3Loss, ValueEstimators
 
-from rl_lightning.algos.base import (
-    TRANSITION_KEYS,
-    IncompatibleEnvError,
-    ReplayRequirements,
-    RLModule,
-    priority_feedback,
-)
+from rl_lightning.algos.base import RLModule, priority_feedback
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
-    ScaledActorPolicy,
     clip_grad_norm,
-    mark_critic_only,
-    without_grad,
+)
+from rl_lightning.algos.deterministic import DeterministicActorMixin
+from rl_lightning.algos.hparams import (
+    DeterministicActorCriticHParams,
+    save_hparams,
+    shares,
+    split_shared,
+    vector_obs_dim,
 )
 from rl_lightning.nn.actor_critic import DeterministicActorNet, QNet
 
@@ -50,72 +47,51 @@ __all__ = ["CRITIC_ONLY", "DDPG", "TD3", "DeterministicActorCritic"]
 _COUNTER_KEY = "actor_critic_updates"
 
 
-class DeterministicActorCritic(RLModule):
-    """What TD3 and DDPG share: the deterministic actor, exploration, the delayed update, PER feedback.
+class DeterministicActorCritic(DeterministicActorMixin, RLModule):
+    """What TD3 and DDPG share: the deterministic actor, exploration and the delayed actor's schedule
+    (:class:`~rl_lightning.algos.deterministic.DeterministicActorMixin`), the delayed update, PER feedback.
 
     Subclasses build ``self.loss_module`` and implement ``_critic_loss`` and ``_actor_loss``.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critic(s).
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
         policy_delay: critic updates per actor (and target) update.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams` (learning rates,
+            ``gamma``, ``tau``, ``grad_clip``, ``hidden_sizes``, ``exploration_noise``); recorded in
+            ``hparams`` with the subclass's own arguments.
     """
 
     cuda_graph_safe = ("update", "act")
     compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("_critic_loss", "_actor_loss")}
     ddp_find_unused_parameters = True  # the critic's backward skips the actor; the actor's, the critics
     loss_module: LossModule
+    hp: DeterministicActorCriticHParams
+    update_counter_key = _COUNTER_KEY
+    actor_attribute = "actor_net"
 
     def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        hidden_sizes: Sequence[int],
-        actor_lr: float,
-        critic_lr: float,
-        gamma: float,
-        tau: float,
-        exploration_noise: float,
-        policy_delay: int,
-        grad_clip: float | None,
+        self, observation_spec: TensorSpec, action_spec: TensorSpec, policy_delay: int, **shared: Any
     ) -> None:
         super().__init__(observation_spec, action_spec)
         name = type(self).__name__
         self.actions = ActionScaler(action_spec, name)
-        if len(self.obs_shape) != 1:
-            raise IncompatibleEnvError(
-                f"{name} takes vector observations, got shape {tuple(self.obs_shape)}; "
-                "flatten the observation with a gymnasium wrapper."
-            )
-        if not 0.0 < gamma <= 1.0:
-            raise ValueError(f"algo.gamma={gamma} must lie in (0, 1].")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"algo.tau={tau} must lie in (0, 1].")
-        if exploration_noise < 0:
-            raise ValueError(f"algo.exploration_noise={exploration_noise} must be >= 0.")
+        self.obs_dim, self.action_dim = vector_obs_dim(self, name), self.actions.action_dim
+        (self.hp,) = split_shared(type(self), shared)
         if policy_delay < 1:
             raise ValueError(f"algo.policy_delay={policy_delay} must be >= 1 (1: no delay).")
-        if grad_clip is not None and grad_clip <= 0:
-            raise ValueError(f"algo.grad_clip={grad_clip} must be > 0 or null (no clipping).")
-        self.obs_dim, self.action_dim = int(self.obs_shape[0]), self.actions.action_dim
+        save_hparams(self, self.hp)
         self.unit_box = Bounded(-1.0, 1.0, shape=(self.action_dim,))
-        self.actor_net = DeterministicActorNet(self.obs_dim, self.action_dim, hidden_sizes)
+        self.actor_net = DeterministicActorNet(self.obs_dim, self.action_dim, self.hp.hidden_sizes)
         self.policy_delay = policy_delay
         # The last actor step's loss (and gradient norm), returned by critic-only updates too, so that every
         # update has the same metrics.
         self.register_buffer("last_loss_actor", torch.zeros(()))
         self.register_buffer("last_grad_norm_actor", torch.zeros(()))
-        # Updates scheduled so far: a Python int, read on the host only (checkpointed, see below).
+        # Updates scheduled so far: a Python int, read on the host only (checkpointed by the mixin).
         self.num_updates = 0
 
-    def _modules_for_loss(self, hidden_sizes: Sequence[int]) -> tuple[Actor, ValueOperator]:
+    def _modules_for_loss(self) -> tuple[Actor, ValueOperator]:
         """The actor (around ``actor_net``) and a critic as TorchRL modules, for the loss to take over.
 
         Not registered here: the loss owns their parameters (TD3Loss re-initialises one critic per
@@ -123,55 +99,13 @@ class DeterministicActorCritic(RLModule):
         """
         actor = Actor(self.actor_net, in_keys=["observation"], out_keys=["action"], spec=self.unit_box)
         critic = ValueOperator(
-            QNet(self.obs_dim, self.action_dim, hidden_sizes), in_keys=["observation", "action"]
+            QNet(self.obs_dim, self.action_dim, self.hp.hidden_sizes), in_keys=["observation", "action"]
         )
         return actor, critic
 
     def _finish_loss(self) -> None:
         self.loss_module.make_value_estimator(ValueEstimators.TD0, gamma=self.hparams.gamma)
         self.target_updater = SoftUpdate(self.loss_module, tau=self.hparams.tau)
-
-    # ------------------------------------------------------------------ protocol
-    def replay_requirements(self) -> ReplayRequirements:
-        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(
-            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
-        )
-
-    @without_grad
-    def act(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's actions ``[N, A]`` plus Gaussian noise, clipped to the bounds."""
-        action = self.actor_net(td.get("observation").float())
-        noise = torch.randn_like(action) * self.hparams.exploration_noise
-        td.set("action", self.actions.to_env((action + noise).clamp(-1.0, 1.0)))
-        return td
-
-    @without_grad
-    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's action, without noise."""
-        td.set("action", self.actions.to_env(self.actor_net(td.get("observation").float())))
-        return td
-
-    def export_policy(self) -> nn.Module:
-        """The actor's action without noise, in the env's bounds (what ``act_eval`` does)."""
-        return ScaledActorPolicy(self.actor_net, self.actions)
-
-    def prepare_sample(self, batch: TensorDictBase) -> TensorDictBase:
-        """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
-
-        Returns:
-            ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
-        """
-        self.num_updates += 1
-        return mark_critic_only(batch, self.num_updates, self.policy_delay)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint[_COUNTER_KEY] = self.num_updates
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.num_updates = int(checkpoint.get(_COUNTER_KEY, 0))
 
     # ------------------------------------------------------------------ the update
     def _loss_input(self, batch: TensorDictBase) -> TensorDictBase:
@@ -241,52 +175,36 @@ class DeterministicActorCritic(RLModule):
         ]
 
 
+@shares(DeterministicActorCriticHParams)
 class TD3(DeterministicActorCritic):
     """Twin Delayed DDPG: clipped double Q, target policy smoothing, delayed actor and target updates.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of each critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critics.
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
         policy_delay: critic updates per actor (and target) update.
         target_noise: std of the smoothing noise on the target actor's action, in ``[-1, 1]`` units.
         noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]``.
         num_qvalue_nets: critics in the ensemble; the target is the minimum over them.
-        grad_clip: max gradient norm of the actor and of the critics (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams`.
     """
 
     def __init__(
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
         policy_delay: int = 2,
         target_noise: float = 0.2,
         noise_clip: float = 0.5,
         num_qvalue_nets: int = 2,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
-        super().__init__(
-            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
-            exploration_noise, policy_delay, grad_clip,
-        )  # fmt: skip
+        super().__init__(observation_spec, action_spec, policy_delay, **shared)
         if target_noise < 0 or noise_clip < 0:
             raise ValueError("algo.target_noise and algo.noise_clip must be >= 0.")
         if num_qvalue_nets < 1:
             raise ValueError(f"algo.num_qvalue_nets={num_qvalue_nets} must be >= 1.")
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        actor, critic = self._modules_for_loss(hidden_sizes)
+        actor, critic = self._modules_for_loss()
         self.loss_module = TD3Loss(
             actor,
             critic,
@@ -307,40 +225,19 @@ class TD3(DeterministicActorCritic):
         return self.loss_module.actor_loss(td)[0]
 
 
+@shares(DeterministicActorCriticHParams)
 class DDPG(DeterministicActorCritic):
     """Deep Deterministic Policy Gradient: one critic, target actor and critic, Gaussian exploration.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec; must be ``Bounded`` (continuous, finite bounds).
-        hidden_sizes: hidden widths of the actor and of the critic.
-        actor_lr: Adam learning rate of the actor.
-        critic_lr: Adam learning rate of the critic.
-        gamma: discount.
-        tau: Polyak rate of the target networks.
-        exploration_noise: std of the Gaussian noise ``act`` adds, in ``[-1, 1]`` action units.
-        grad_clip: max gradient norm of the actor and of the critic (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.DeterministicActorCriticHParams`.
     """
 
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
-        grad_clip: float | None = None,
-    ) -> None:
-        super().__init__(
-            observation_spec, action_spec, hidden_sizes, actor_lr, critic_lr, gamma, tau,
-            exploration_noise, 1, grad_clip,
-        )  # fmt: skip
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        actor, critic = self._modules_for_loss(hidden_sizes)
+    def __init__(self, observation_spec: TensorSpec, action_spec: TensorSpec, **shared: Any) -> None:
+        super().__init__(observation_spec, action_spec, 1, **shared)
+        actor, critic = self._modules_for_loss()
         self.loss_module = DDPGLoss(actor, critic, loss_function="l2", delay_actor=True)
         self._finish_loss()
 

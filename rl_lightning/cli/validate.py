@@ -127,8 +127,11 @@ def check_config(cfg: DictConfig) -> None:
         cls = getattr(__import__(module, fromlist=[name]), name)
     except (ImportError, AttributeError):
         return  # instantiation reports it
-    hints = _hints(cls.__init__)
     params = inspect.signature(cls).parameters
+    # A class whose constructor takes shared settings as ``**shared`` publishes their types in its
+    # signature (``rl_lightning.algos.hparams.shares``), resolved; its own arguments' come from ``__init__``.
+    hints = {k: p.annotation for k, p in params.items() if p.annotation is not p.empty}
+    hints = {k: tp for k, tp in hints.items() if not isinstance(tp, str)} | _hints(cls.__init__)
     for key, value in algo.items():
         if key.startswith("_"):
             continue

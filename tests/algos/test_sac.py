@@ -87,7 +87,7 @@ def critic_targets(m, td: TensorDict) -> torch.Tensor:
 
 
 def loss_qvalue(m, td: TensorDict) -> torch.Tensor:
-    return m._losses(td)[0]["loss_qvalue"]
+    return m._losses(td)[1]["loss_qvalue"]
 
 
 def target_entropy(m) -> float:
@@ -258,7 +258,7 @@ def test_tensor_losses_equal_torchrls_sac_loss_on_prioritized_n_step_samples():
     td["priority_weight"] = torch.rand(B)
     td["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
     torch.manual_seed(3)  # the same draws: next actions first, then the current ones
-    losses, td_error = m._losses(td)
+    _, losses, td_error = m._losses(td)
     x = td.copy()
     x.set("action", m.actions.from_env(td["action"]))
     torch.manual_seed(3)

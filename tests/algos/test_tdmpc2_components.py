@@ -21,6 +21,8 @@ from rl_lightning.algos.tdmpc2 import (
     model_param_groups,
 )
 from rl_lightning.algos.tdmpc2 import math as tdm
+from rl_lightning.algos.tdmpc2.losses import LossSettings
+from rl_lightning.algos.tdmpc2.planner import PlannerSettings
 from rl_lightning.algos.tdmpc2.world_model import PolicyOutput
 from rl_lightning.nn import Ensemble, Mish, NormedLinear, SimNorm, mlp
 from rl_lightning.nn.layers import eval_mode
@@ -356,7 +358,8 @@ def test_planner_shapes_bounds_and_determinism() -> None:
 
     def run() -> Tensor:
         torch.manual_seed(123)
-        planner = MPPIPlanner(ACT, num_envs=3, discount=0.99, num_samples=128, num_pi_trajs=8, num_elites=16)
+        plan = PlannerSettings(num_samples=128, num_pi_trajs=8, num_elites=16)
+        planner = MPPIPlanner(ACT, num_envs=3, discount=0.99, settings=plan)
         return torch.stack([planner(model, z), planner(model, z, eval_mode=True)])
 
     a = run()
@@ -374,9 +377,8 @@ def test_compiled_plan_traces_one_iteration_and_calls_it_each_time(num_envs: int
     z = model.encode(torch.randn(num_envs, OBS)).detach()
     # Two iterations suffice: a first iteration traced apart from the rest would give two subgraphs. Dynamo
     # traces the region's body at every call, so each iteration more costs seconds.
-    planner = MPPIPlanner(
-        ACT, num_envs=num_envs, num_samples=64, num_pi_trajs=num_pi_trajs, num_elites=8, iterations=2
-    )
+    plan = PlannerSettings(num_samples=64, num_pi_trajs=num_pi_trajs, num_elites=8, iterations=2)
+    planner = MPPIPlanner(ACT, num_envs=num_envs, settings=plan)
     graphs: list[torch.fx.GraphModule] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
@@ -399,7 +401,7 @@ def test_compiled_plan_traces_one_iteration_and_calls_it_each_time(num_envs: int
 
 
 def test_planner_warm_start_reset_and_t0() -> None:
-    planner = MPPIPlanner(2, num_envs=3, horizon=3)
+    planner = MPPIPlanner(2, num_envs=3, settings=PlannerSettings(horizon=3))
     prev = torch.arange(18, dtype=torch.float32).reshape(3, 3, 2) / 20
     planner.prev_mean.copy_(prev)
     init = planner.initial_mean()
@@ -415,9 +417,8 @@ def test_planner_uses_the_shifted_previous_mean() -> None:
     # With a flat value landscape and a tiny std the plan cannot move away from its initial mean,
     # so the executed action and the stored mean reveal which initial mean was used.
     torch.manual_seed(0)
-    planner = MPPIPlanner(
-        2, num_envs=2, num_pi_trajs=0, num_samples=64, num_elites=8, min_std=1e-4, max_std=1e-4
-    )
+    plan = PlannerSettings(num_pi_trajs=0, num_samples=64, num_elites=8, min_std=1e-4, max_std=1e-4)
+    planner = MPPIPlanner(2, num_envs=2, settings=plan)
     prev = torch.tensor([[[0.1, 0.2], [0.3, -0.4], [0.5, 0.6]], [[-0.1, 0.0], [0.7, 0.8], [-0.9, 0.2]]])
     planner.prev_mean.copy_(prev)
     action = planner(FlatModel(), torch.zeros(2, 2), eval_mode=True)
@@ -498,7 +499,7 @@ def test_model_loss_matches_a_hand_computation() -> None:
     their weighted sum."""
     model, horizon, batch = _perturbed_model(), 2, 3
     data = random_batch(horizon, batch, terminated=True)
-    loss_fn = TDMPC2Loss(discount=0.9, rho=0.5)
+    loss_fn = TDMPC2Loss(discount=0.9, settings=LossSettings(rho=0.5))
     torch.manual_seed(11)
     out = loss_fn.model_loss(model, data)
 
@@ -545,7 +546,7 @@ def test_policy_loss_matches_a_hand_computation() -> None:
     """``mean_t rho^t mean_B -(entropy_coef * H + Q / S)``, with Q the mean of two random online heads at
     pi's action and S the running scale after its update from the first step's Q."""
     model, steps, batch = _perturbed_model(), 3, 4
-    loss_fn = TDMPC2Loss(discount=0.9, rho=0.5, entropy_coef=0.3)
+    loss_fn = TDMPC2Loss(discount=0.9, settings=LossSettings(rho=0.5, entropy_coef=0.3))
     zs = model.encode(torch.randn(steps, batch, OBS, generator=torch.Generator().manual_seed(5))).detach()
     loss_fn.scale.value.fill_(4.0)  # a scale of several returns, which the update then moves a little
     torch.manual_seed(13)
@@ -578,7 +579,7 @@ def test_learned_entropy_coef_moves_towards_its_target_and_leaves_the_policy_gra
     zs = model.encode(torch.randn(steps, batch, OBS, generator=torch.Generator().manual_seed(5))).detach()
     grads, coefs = [], []
     for kwargs in ({"target_entropy": target}, {}):
-        loss_fn = TDMPC2Loss(discount=0.9, entropy_coef=0.3, **kwargs)
+        loss_fn = TDMPC2Loss(discount=0.9, settings=LossSettings(entropy_coef=0.3, **kwargs))
         model.pi_net.zero_grad()
         torch.manual_seed(13)
         loss, metrics = loss_fn.policy_loss(model, zs)
@@ -594,4 +595,4 @@ def test_learned_entropy_coef_moves_towards_its_target_and_leaves_the_policy_gra
         torch.testing.assert_close(learned, fixed)
     assert not hasattr(TDMPC2Loss(discount=0.9), "log_entropy_coef")  # the reference's state is unchanged
     with pytest.raises(ValueError, match="entropy_coef"):
-        TDMPC2Loss(discount=0.9, entropy_coef=0.0, target_entropy=-1.0)
+        LossSettings(entropy_coef=0.0, target_entropy=-1.0)

@@ -1,10 +1,11 @@
-"""Argument checks of :class:`rl_lightning.algos.options.SACOptions`: one line that says what to do."""
+"""Argument checks of :class:`rl_lightning.algos.options.SACOptions` (those its own arguments need; the
+shared ones are :class:`~rl_lightning.algos.hparams.SoftActorCriticHParams`'s): one line that says what
+to do."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_lightning.algos.base import IncompatibleEnvError
 from rl_lightning.algos.options.math import OPTION_POLICIES
 
 __all__ = ["TERMINATIONS", "check_arguments"]
@@ -15,21 +16,16 @@ TERMINATIONS = ("learned", "never")
 # name -> (is it valid, what it must be)
 _RULES = {
     "num_options": (lambda v: v >= 1, "must be >= 1"),
-    "gamma": (lambda v: 0.0 < v <= 1.0, "must lie in (0, 1]"),
-    "tau": (lambda v: 0.0 < v <= 1.0, "must lie in (0, 1] (1 copies the critics every update)"),
-    "alpha_init": (lambda v: v > 0, "must be > 0"),
     "option_policy": (lambda v: v in OPTION_POLICIES, f"must be one of {OPTION_POLICIES}"),
     "option_temperature": (lambda v: v > 0, "must be > 0"),
     "option_epsilon": (lambda v: 0.0 <= v <= 1.0, "must lie in [0, 1]"),
     "terminations": (lambda v: v in TERMINATIONS, f"must be one of {TERMINATIONS}"),
-    "num_qvalue_nets": (lambda v: v >= 1, "must be >= 1"),
-    "grad_clip": (lambda v: v is None or v > 0, "must be > 0 or null (no clipping)"),
     "num_envs": (lambda v: v >= 1, "must be >= 1 (env.num_envs)"),
 }
 
 
 def check_arguments(args: dict[str, Any]) -> None:
-    """Raises ``ValueError`` for a bad value and ``IncompatibleEnvError`` for an env that does not fit.
+    """Raises ``ValueError`` for a bad value.
 
     Args:
         args: the constructor's arguments by name (its ``locals()``).
@@ -37,9 +33,3 @@ def check_arguments(args: dict[str, Any]) -> None:
     for name, (valid, rule) in _RULES.items():
         if not valid(args[name]):
             raise ValueError(f"algo.{name}={args[name]!r} {rule}.")
-    obs = args["observation_spec"]["observation"].shape[1:]
-    if len(obs) != 1:
-        raise IncompatibleEnvError(
-            f"SAC with options takes vector observations, got shape {tuple(obs)}; "
-            "flatten the observation with a gymnasium wrapper."
-        )

@@ -44,27 +44,20 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Categorical, TensorSpec
 
-from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
-from rl_lightning.algos.common import (
-    ActionScaler,
-    PerEnvState,
-    clip_grad_norm,
-    episode_start,
-    polyak_update,
-    weighted_mean,
-    without_grad,
-)
+from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements
+from rl_lightning.algos.common import ActionScaler, PerEnvState, episode_start, weighted_mean, without_grad
+from rl_lightning.algos.hparams import SoftActorCriticHParams, shares
 from rl_lightning.algos.options import math as om
 from rl_lightning.algos.options.checks import check_arguments
 from rl_lightning.algos.options.stats import OptionUsage
+from rl_lightning.algos.sac import SoftActorCritic, sac_outputs
 from rl_lightning.nn.layers import Ensemble
 from rl_lightning.nn.options import (
     OptionCategoricalActorNet,
@@ -80,22 +73,18 @@ __all__ = ["OPTION_AGE_KEY", "OPTION_KEY", "SACOptions"]
 OPTION_KEY, OPTION_AGE_KEY = "option", "option_age"
 
 
-class SACOptions(RLModule):
+@shares(SoftActorCriticHParams)
+class SACOptions(SoftActorCritic):
     """Soft option-critic: SAC with ``K`` options, learned terminations and a policy over options.
+
+    SAC's update (:class:`~rl_lightning.algos.sac.SoftActorCritic`) with a fourth optimizer for the
+    terminations and the option-usage metrics; the losses are this class's.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, obs_dim]``).
         action_spec: env action spec: ``Bounded`` (tanh-Gaussian options) or ``Categorical``.
         num_options: ``K``.
-        hidden_sizes: hidden widths of the policy trunk, each critic and the termination net.
-        actor_lr: Adam learning rate of the intra-option policies.
-        critic_lr: Adam learning rate of the critics.
-        alpha_lr: Adam learning rate of ``log(alpha)``.
         termination_lr: Adam learning rate of the terminations.
-        gamma: discount.
-        tau: Polyak rate of the target critics.
-        alpha_init: initial entropy temperature.
-        autotune_alpha: learn ``alpha`` towards ``target_entropy``; ``False`` keeps ``alpha_init``.
         target_entropy: the intra-option entropy ``alpha`` is tuned towards; ``None``: ``-|A|``
             (continuous) or ``0.89 log(n_actions)`` (discrete).
         option_policy: ``softmax`` (Boltzmann over ``Q_Ω``) or ``epsilon_greedy``.
@@ -104,29 +93,19 @@ class SACOptions(RLModule):
         terminations: ``learned`` (termination gradient) or ``never`` (``β ≡ 0``: an option lasts an episode).
         termination_init: the termination probability the terminations start near.
         deliberation_cost: ``ξ``, charged per termination in the termination gradient.
-        num_qvalue_nets: critics in the ensemble; targets take their minimum.
-        grad_clip: max gradient norm of each network (``None``: no clipping).
         num_envs: training envs acting in one call (the per-env option state's size).
         usage_window: acting steps (all envs together) the usage and duration metrics cover.
+        **shared: :class:`~rl_lightning.algos.hparams.SoftActorCriticHParams` (``hidden_sizes``: of the
+            policy trunk, each critic and the termination net; the actor's learning rate is the
+            intra-option policies'; ``grad_clip``: of each network).
     """
-
-    cuda_graph_safe = ("update", "act")
-    compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("losses",)}
 
     def __init__(
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
         num_options: int = 4,
-        hidden_sizes: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        alpha_lr: float = 3e-4,
         termination_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        alpha_init: float = 1.0,
-        autotune_alpha: bool = True,
         target_entropy: float | None = None,
         option_policy: str = "softmax",
         option_temperature: float = 1.0,
@@ -134,31 +113,28 @@ class SACOptions(RLModule):
         terminations: str = "learned",
         termination_init: float = 0.1,
         deliberation_cost: float = 0.01,
-        num_qvalue_nets: int = 2,
-        grad_clip: float | None = None,
         num_envs: int = 1,
         usage_window: int = 10000,
+        **shared: Any,
     ) -> None:
-        super().__init__(observation_spec, action_spec)
+        super().__init__(observation_spec, action_spec, **shared)
         check_arguments(locals())
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        hp = self.hp
         self.discrete = isinstance(action_spec, Categorical)
         self.num_options = k = num_options
-        self.obs_dim = int(self.obs_shape[0])
-        hidden = tuple(hidden_sizes)
+        hidden = tuple(hp.hidden_sizes)
         if self.discrete:
             self.n_actions = int(action_spec.space.n)
             self.actor_net = OptionCategoricalActorNet(self.obs_dim, self.n_actions, k, hidden)
             critics = [
-                OptionDiscreteQNet(self.obs_dim, self.n_actions, k, hidden) for _ in range(num_qvalue_nets)
+                OptionDiscreteQNet(self.obs_dim, self.n_actions, k, hidden) for _ in range(hp.num_qvalue_nets)
             ]
             default_entropy = 0.89 * math.log(self.n_actions)
         else:
             self.actions = ActionScaler(action_spec, "SAC with options")
             a = self.actions.action_dim
             self.actor_net = OptionGaussianActorNet(self.obs_dim, a, k, hidden)
-            critics = [OptionQNet(self.obs_dim, a, k, hidden) for _ in range(num_qvalue_nets)]
+            critics = [OptionQNet(self.obs_dim, a, k, hidden) for _ in range(hp.num_qvalue_nets)]
             default_entropy = -float(a)
         self.critic = Ensemble(critics)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
@@ -166,7 +142,7 @@ class SACOptions(RLModule):
         self.termination_net = (
             TerminationNet(self.obs_dim, k, hidden, termination_init) if self.learn_terminations else None
         )
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=autotune_alpha)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.alpha_init)), requires_grad=hp.autotune_alpha)
         self.target_entropy = default_entropy if target_entropy is None else float(target_entropy)
         self.active = PerEnvState(num_envs, dtype=torch.int64)
         self.age = PerEnvState(num_envs, dtype=torch.int64)
@@ -327,32 +303,19 @@ class SACOptions(RLModule):
         return td
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
-        """One soft option-critic step on ``batch`` (``[B]`` transitions); see the module docstring.
+        """One soft option-critic step on ``batch`` (``[B]`` transitions): SAC's, with the terminations'
+        optimizer; see the module docstring.
 
         Returns:
             Detached scalars (the module docstring lists them) and, for a prioritized sample, the new
             priorities (mean over options of the larger critic's ``|TD error|``) under ``"priority"``.
         """
-        hp = self.hparams
-        loss, metrics, td_error = self.losses(batch)
-        optimizers = [self.optimizer(i) for i in range(len(self._param_groups()))]
-        self.clear_grads(*optimizers)
-        # Targets carry no gradient, the actor loss reads detached critics, the termination loss a detached
-        # advantage: the sum's gradient is each loss's own gradient on its own parameters.
-        self.backward_loss(loss)
-        if hp.grad_clip is not None:
-            for name, params in self._param_groups().items():
-                if name != "alpha":
-                    metrics[f"grad_norm_{name}"] = clip_grad_norm(params, hp.grad_clip)
-        for opt in optimizers:
-            opt.step()
-        params = self._param_lists()
-        polyak_update(params["target_critic"], params["qvalue"], hp.tau)
+        out = super().update(batch)
         with torch.no_grad():
-            metrics.update(self.usage.summary())
-        return priority_feedback(TensorDict(metrics, batch_size=[]), batch, td_error)
+            out.update(self.usage.summary())
+        return out
 
-    def losses(self, batch: TensorDictBase) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+    def _losses(self, batch: TensorDictBase) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """The summed loss of ``batch`` (critics, intra-option policies, temperature, terminations; see
         the module docstring), the batch's detached metrics, and the priorities ``[B]``."""
         hp = self.hparams
@@ -400,14 +363,15 @@ class SACOptions(RLModule):
         beta_taken = beta_next.gather(-1, option.unsqueeze(-1)).squeeze(-1)
         advantage = q_next.gather(-1, option.unsqueeze(-1)).squeeze(-1) - v_next
         counted = has_option & ~terminated.reshape(-1)
-        loss = loss_q + loss_pi + loss_alpha
-        metrics = {
-            "loss_qvalue": loss_q.detach(),
-            "loss_actor": loss_pi.detach(),
-            "loss_alpha": loss_alpha.detach(),
-            "alpha": alpha,
-            "entropy": -log_pi.detach().mean(),
-        }
+        loss, metrics = sac_outputs(
+            {
+                "loss_qvalue": loss_q,
+                "loss_actor": loss_pi,
+                "loss_alpha": loss_alpha,
+                "alpha": alpha,
+                "entropy": -log_pi.detach().mean(),
+            }
+        )
         if self.learn_terminations:
             loss_beta = om.termination_loss(beta_taken, advantage, hp.deliberation_cost, counted, weights)
             loss = loss + loss_beta
@@ -425,7 +389,7 @@ class SACOptions(RLModule):
 
     # ------------------------------------------------------------------ optimizers
     def _collect_params(self) -> dict[str, list[Tensor]]:
-        """The optimizer groups (:meth:`_param_groups`), then the target critics' parameters."""
+        """The optimizers' parameters (``termination`` only when learned), then the target critics'."""
         params = {
             "actor": list(self.actor_net.parameters()),
             "qvalue": list(self.critic.parameters()),
@@ -436,17 +400,5 @@ class SACOptions(RLModule):
         params["target_critic"] = list(self.target_critic.parameters())
         return params
 
-    def _param_groups(self) -> dict[str, list[Tensor]]:
-        """The parameters of each optimizer, in the order ``update`` steps them."""
-        return {name: p for name, p in self._param_lists().items() if name != "target_critic"}
-
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """Intra-option policies, critics, temperature and (when learned) terminations: one Adam each."""
-        hp = self.hparams
-        lrs = {
-            "actor": hp.actor_lr,
-            "qvalue": hp.critic_lr,
-            "alpha": hp.alpha_lr,
-            "termination": hp.termination_lr,
-        }
-        return [self.make_optimizer(params, lrs[name]) for name, params in self._param_groups().items()]
+    def _learning_rates(self) -> dict[str, float]:
+        return {**super()._learning_rates(), "termination": self.hparams.termination_lr}

@@ -30,16 +30,15 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
-from rl_lightning.algos.base import TRANSITION_KEYS, ReplayRequirements, RLModule, priority_feedback
+from rl_lightning.algos.base import RLModule, priority_feedback
 from rl_lightning.algos.common import (
     CRITIC_ONLY,
     ActionScaler,
-    ScaledActorPolicy,
     clip_grad_norm,
-    mark_critic_only,
     polyak_update,
-    without_grad,
 )
+from rl_lightning.algos.deterministic import DeterministicActorMixin
+from rl_lightning.algos.hparams import ActorCriticHParams, save_hparams, shares, split_shared
 from rl_lightning.algos.quantile.math import check_risk, distort, quantile_huber_loss
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.nn.layers import Ensemble
@@ -51,7 +50,8 @@ __all__ = ["ACIQN", "CRITIC_ONLY"]
 _COUNTER_KEY = "aciqn_updates"
 
 
-class ACIQN(RLModule):
+@shares(ActorCriticHParams)
+class ACIQN(DeterministicActorMixin, RLModule):
     """Actor-critic IQN with TD3's target smoothing, twin critics and delayed actor updates.
 
     Critic step, with :math:`\\tilde a' = \\mathrm{clip}(\\mu'(s') + \\mathrm{clip}(\\sigma\\epsilon, -c, c),
@@ -63,7 +63,9 @@ class ACIQN(RLModule):
     actor and critics.
 
     Actions live in ``[-1, 1]`` inside the module (the actor's tanh) and are scaled to the env's bounds
-    when acting; the replay holds env actions.
+    when acting; the replay holds env actions. Acting, the deterministic policy (the risk distortion
+    shapes the actor's training objective only, not how it acts) and the delayed actor's schedule are
+    TD3's (:class:`~rl_lightning.algos.deterministic.DeterministicActorMixin`).
 
     Args:
         observation_spec: env observation spec.
@@ -78,20 +80,21 @@ class ACIQN(RLModule):
         kappa: Huber threshold of the quantile loss.
         risk: distortion of the actor's objective: ``neutral``, ``cvar``, ``wang``, ``cpw`` or ``pow``.
         risk_param: its :math:`\\eta`.
-        actor_lr: the actor's Adam learning rate.
-        critic_lr: the critics' Adam learning rate.
-        gamma: discount.
-        tau: Polyak rate of the target networks (at each actor step).
         policy_delay: critic steps per actor step.
         exploration_noise: std of the Gaussian noise added to the actor's ``[-1, 1]`` action when exploring.
         target_noise: std :math:`\\sigma` of the target policy smoothing noise.
         target_noise_clip: its clip :math:`c`.
-        grad_clip: max gradient norm of each step (``None``: no clipping).
+        **shared: :class:`~rl_lightning.algos.hparams.ActorCriticHParams` (the actor's and the critics'
+            learning rates, ``gamma``, ``tau`` of the target networks at each actor step, ``grad_clip`` of
+            each step).
     """
 
     cuda_graph_safe = ("update", "act")
     compile_regions: ClassVar[dict[str, tuple[str, ...]]] = {"update": ("critic_loss", "actor_loss")}
     ddp_find_unused_parameters = True  # the critic step's backward skips the actor; the actor's, the critics
+    hp: ActorCriticHParams
+    update_counter_key = _COUNTER_KEY
+    actor_attribute = "actor"
 
     def __init__(
         self,
@@ -107,32 +110,26 @@ class ACIQN(RLModule):
         kappa: float = 1.0,
         risk: str = "neutral",
         risk_param: float = 0.0,
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
         policy_delay: int = 2,
         exploration_noise: float = 0.1,
         target_noise: float = 0.2,
         target_noise_clip: float = 0.5,
-        grad_clip: float | None = None,
+        **shared: Any,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         self.actions = ActionScaler(action_spec, "AC-IQN")
+        (self.hp,) = split_shared(type(self), shared)
         check_risk(risk, risk_param)
         if num_critics < 1 or policy_delay < 1:
             raise ValueError("AC-IQN needs algo.num_critics >= 1 and algo.policy_delay >= 1.")
         if min(n_quantiles, n_target_quantiles, n_policy_quantiles) < 1 or kappa <= 0:
             raise ValueError("AC-IQN needs algo.n_*quantiles >= 1 and algo.kappa > 0.")
-        if not 0.0 < gamma <= 1.0 or not 0.0 < tau <= 1.0:
-            raise ValueError("AC-IQN needs algo.gamma in (0, 1] and algo.tau in (0, 1].")
         if len(critic_hidden_sizes) < 2:
             raise ValueError(
                 f"algo.critic_hidden_sizes={list(critic_hidden_sizes)}: AC-IQN's critic needs at least two "
                 "widths (the state-action trunk, then the head)."
             )
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        save_hparams(self, self.hp)
         obs_dim = int(torch.Size(self.obs_shape).numel())
         act_dim = self.actions.action_dim
         actor_hidden = [int(w) for w in actor_hidden_sizes]
@@ -150,15 +147,10 @@ class ACIQN(RLModule):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         # The last actor loss, reported by every update (the actor steps only every policy_delay updates).
         self.register_buffer("last_actor_loss", torch.zeros(()))
+        self.policy_delay = policy_delay
         self.num_updates = 0  # host counter that schedules the actor steps; checkpointed
 
-    # ------------------------------------------------------------------ protocol
-    def replay_requirements(self) -> ReplayRequirements:
-        """Transitions; n-step returns discounted by ``gamma``; prioritized replay allowed."""
-        return ReplayRequirements(
-            discount=self.hparams.gamma, n_step=True, prioritized=True, sample_keys=TRANSITION_KEYS
-        )
-
+    # ------------------------------------------------------------------ networks
     def policy(self, observation: Tensor, target: bool = False) -> Tensor:
         """The deterministic action in ``[-1, 1]``, ``[B, A]``."""
         return (self.actor_target if target else self.actor)(observation.float())
@@ -177,34 +169,6 @@ class ACIQN(RLModule):
         """
         critic = self.critic_target if target else self.critic
         return critic(torch.cat([observation.float(), action], -1), tau, detach=detach).squeeze(-1).float()
-
-    @without_grad
-    def act(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's action plus Gaussian exploration noise, clipped to the bounds."""
-        a = self.policy(td.get("observation"))
-        a = (a + self.hparams.exploration_noise * torch.randn_like(a)).clamp(-1.0, 1.0)
-        td.set("action", self.actions.to_env(a))
-        return td
-
-    @without_grad
-    def act_eval(self, td: TensorDictBase) -> TensorDictBase:
-        """The actor's deterministic action."""
-        td.set("action", self.actions.to_env(self.policy(td.get("observation"))))
-        return td
-
-    def export_policy(self) -> nn.Module:
-        """The actor's deterministic action in the env's bounds (what ``act_eval`` does; the risk distortion
-        shapes the actor's training objective only, not how it acts)."""
-        return ScaledActorPolicy(self.actor, self.actions)
-
-    def prepare_sample(self, batch: TensorDictBase) -> TensorDictBase:
-        """Counts an update and marks ``batch`` critic-only unless an actor step is due (host-side).
-
-        Returns:
-            ``batch``, or a shallow copy of it carrying :data:`CRITIC_ONLY`.
-        """
-        self.num_updates += 1
-        return mark_critic_only(batch, self.num_updates, self.hparams.policy_delay)
 
     def update(self, batch: TensorDictBase) -> TensorDictBase:
         """A critic step on ``batch`` (``[B]`` transitions), then, unless the batch is marked
@@ -309,9 +273,3 @@ class ACIQN(RLModule):
             self.make_optimizer(self.actor.parameters(), self.hparams.actor_lr),
             self.make_optimizer(self.critic.parameters(), self.hparams.critic_lr),
         ]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[_COUNTER_KEY] = self.num_updates
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.num_updates = int(checkpoint.get(_COUNTER_KEY, 0))

@@ -16,6 +16,7 @@ the reference), optimizer steps and the target update, so that one ``update`` ca
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -23,10 +24,12 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 
+from rl_lightning.algos.hparams import HParams
 from rl_lightning.algos.tdmpc2 import math as tdm
 from rl_lightning.algos.tdmpc2.world_model import WorldModel
 
 __all__ = [
+    "LossSettings",
     "ModelLossOutput",
     "TDMPC2Batch",
     "TDMPC2Loss",
@@ -91,6 +94,41 @@ class ModelLossOutput(NamedTuple):
     metrics: dict[str, Tensor]
 
 
+@dataclass(frozen=True, kw_only=True)
+class LossSettings(HParams):
+    """The weights of TD-MPC2's objectives (the reference's defaults); the module's ``algo.*`` keys of the
+    same names, passed down to :class:`TDMPC2Loss`.
+
+    Attributes:
+        rho: temporal weight decay.
+        consistency_coef: weight of the consistency loss.
+        reward_coef: weight of the reward loss.
+        value_coef: weight of the value loss.
+        termination_coef: weight of the termination loss.
+        entropy_coef: policy entropy bonus (with ``target_entropy``: its starting value).
+        scale_entropy_by_action_dim: multiply the entropy by the action size; later reference versions
+            do this so that one coefficient suits different action spaces. Off by default (the paper).
+        target_entropy: learn the entropy coefficient towards this entropy (summed over the action
+            dimensions, tanh-corrected: SAC's ``-|A|`` is the usual choice); ``None`` keeps it fixed.
+    """
+
+    rho: float = 0.5
+    consistency_coef: float = 20.0
+    reward_coef: float = 0.1
+    value_coef: float = 0.1
+    termination_coef: float = 1.0
+    entropy_coef: float = 1e-4
+    scale_entropy_by_action_dim: bool = False
+    target_entropy: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_entropy is not None and self.entropy_coef <= 0:
+            raise ValueError(
+                f"entropy_coef={self.entropy_coef} starts the learned coefficient of target_entropy: "
+                "make it > 0."
+            )
+
+
 class TDMPC2Loss(nn.Module):
     """World-model and policy objectives of TD-MPC2 (defaults are the reference's).
 
@@ -119,47 +157,30 @@ class TDMPC2Loss(nn.Module):
 
     Args:
         discount: γ; see :func:`~rl_lightning.algos.tdmpc2.math.discount_from_episode_length`.
-        rho: temporal weight decay.
-        consistency_coef: weight of the consistency loss.
-        reward_coef: weight of the reward loss.
-        value_coef: weight of the value loss.
-        termination_coef: weight of the termination loss.
-        entropy_coef: policy entropy bonus.
+        settings: the objectives' weights (:class:`LossSettings`; its fields are read as the loss's
+            attributes of the same names).
         scale_tau: EMA rate of the running Q scale.
-        scale_entropy_by_action_dim: multiply the entropy by the action size; later reference versions
-            do this so that one coefficient suits different action spaces. Off by default (the paper).
-        target_entropy: learn the entropy coefficient towards this entropy (summed over the action
-            dimensions, tanh-corrected: SAC's ``-|A|`` is the usual choice); ``None`` keeps it fixed.
     """
 
     def __init__(
-        self,
-        discount: float,
-        rho: float = 0.5,
-        consistency_coef: float = 20.0,
-        reward_coef: float = 0.1,
-        value_coef: float = 0.1,
-        termination_coef: float = 1.0,
-        entropy_coef: float = 1e-4,
-        scale_tau: float = 0.01,
-        scale_entropy_by_action_dim: bool = False,
-        target_entropy: float | None = None,
+        self, discount: float, settings: LossSettings | None = None, scale_tau: float = 0.01
     ) -> None:
         super().__init__()
         if not 0.0 < discount <= 1.0:
             raise ValueError(f"discount={discount} must lie in (0, 1].")
-        if target_entropy is not None and entropy_coef <= 0:
-            raise ValueError(
-                f"entropy_coef={entropy_coef} starts the learned coefficient of target_entropy: make it > 0."
-            )
-        self.discount, self.rho = discount, rho
-        self.consistency_coef, self.reward_coef, self.value_coef = consistency_coef, reward_coef, value_coef
-        self.termination_coef, self.entropy_coef = termination_coef, entropy_coef
-        self.scale_entropy_by_action_dim = scale_entropy_by_action_dim
+        s = self.settings = LossSettings() if settings is None else settings
+        self.discount, self.rho = discount, s.rho
+        self.consistency_coef, self.reward_coef, self.value_coef = (
+            s.consistency_coef,
+            s.reward_coef,
+            s.value_coef,
+        )
+        self.termination_coef, self.entropy_coef = s.termination_coef, s.entropy_coef
+        self.scale_entropy_by_action_dim = s.scale_entropy_by_action_dim
         self.scale = tdm.RunningScale(tau=scale_tau)
-        self.target_entropy = target_entropy
-        if target_entropy is not None:
-            self.log_entropy_coef = nn.Parameter(torch.tensor(math.log(entropy_coef)))
+        self.target_entropy = s.target_entropy
+        if s.target_entropy is not None:
+            self.log_entropy_coef = nn.Parameter(torch.tensor(math.log(s.entropy_coef)))
 
     def _rho_weights(self, steps: int, like: Tensor) -> Tensor:
         return self.rho ** torch.arange(steps, device=like.device, dtype=like.dtype)

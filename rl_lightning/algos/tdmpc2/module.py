@@ -31,9 +31,11 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
-from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule
+from rl_lightning.algos.base import ReplayRequirements, RLModule
 from rl_lightning.algos.common import ActionScaler, clip_grad_norm, episode_start, without_grad
+from rl_lightning.algos.hparams import save_hparams, shares, split_shared, vector_obs_dim
 from rl_lightning.algos.tdmpc2.losses import (
+    LossSettings,
     ModelLossOutput,
     TDMPC2Batch,
     TDMPC2Loss,
@@ -41,7 +43,7 @@ from rl_lightning.algos.tdmpc2.losses import (
     model_param_groups,
 )
 from rl_lightning.algos.tdmpc2.math import discount_from_episode_length
-from rl_lightning.algos.tdmpc2.planner import MPPIPlanner
+from rl_lightning.algos.tdmpc2.planner import MPPIPlanner, PlannerSettings
 from rl_lightning.algos.tdmpc2.world_model import MODEL_SIZES, WorldModel, model_size_preset
 from rl_lightning.nn.layers import eval_mode as model_eval_mode
 
@@ -69,6 +71,7 @@ def parse_model_size(size: str | int) -> int:
     return int(text)
 
 
+@shares(PlannerSettings, LossSettings)
 class TDMPC2(RLModule):
     """TD-MPC2 for vector observations and bounded continuous actions (single task).
 
@@ -80,7 +83,6 @@ class TDMPC2(RLModule):
         mlp_dim: overrides the preset's hidden width.
         enc_dim: overrides the preset's encoder width.
         num_q: overrides the preset's Q-ensemble size.
-        horizon: planning and training horizon ``H`` (the replay samples slices of ``H`` steps).
         episode_length: the env's (maximum) episode length; sets the discount when ``discount`` is None.
         discount: γ; ``None`` derives it from ``episode_length`` as in the paper.
         episodic: learn a termination head and stop bootstrapping at terminal states.
@@ -88,29 +90,17 @@ class TDMPC2(RLModule):
         mpc: act with the MPPI planner; ``False`` acts with the policy prior alone.
         plan_training: with ``mpc``, plan in ``act`` (collection) too; ``False`` collects with the policy
             prior's sampled actions and plans only in ``act_eval`` (a frame then costs no planning).
-        iterations: MPPI iterations.
-        num_samples: action sequences per iteration (policy-prior ones included).
-        num_pi_trajs: sequences from the policy prior.
-        num_elites: elites refitting the sampling distribution.
-        temperature: elite weighting temperature.
-        min_std: lower clamp of the sampling std.
-        max_std: upper clamp (and start) of the sampling std.
-        eval_sample_elite: ``act_eval`` returns a Gumbel-sampled elite's first action instead of the mean's.
         lr: Adam learning rate of world model and policy.
         enc_lr_scale: encoder learning-rate multiplier.
         grad_clip: max gradient norm of each of the two updates.
         tau: Polyak rate of the target Q-ensemble.
-        rho: temporal weight decay of the losses.
-        consistency_coef: weight of the latent consistency loss.
-        reward_coef: weight of the reward loss.
-        value_coef: weight of the value loss.
-        termination_coef: weight of the termination loss (``episodic`` only).
-        entropy_coef: policy entropy bonus (with ``target_entropy``: its starting value).
-        scale_entropy_by_action_dim: multiply the entropy by the action size (later reference versions).
-        target_entropy: learn the entropy bonus, as SAC learns its temperature, so that the prior's entropy
-            tracks this value (``-|A|`` is SAC's choice); ``None`` keeps ``entropy_coef`` fixed (the
-            reference). Meant for a prior that acts alone (``mpc=False``), which the fixed 1e-4 lets
-            collapse onto saturated, near-deterministic actions.
+        **shared: the planner's settings (:class:`~rl_lightning.algos.tdmpc2.planner.PlannerSettings`:
+            ``horizon``, the planning and training horizon ``H`` (the replay samples slices of ``H``
+            steps), ``iterations``, ``num_samples``, ...) and the losses' weights
+            (:class:`~rl_lightning.algos.tdmpc2.losses.LossSettings`: ``rho``, the coefficients,
+            ``target_entropy``, learned as SAC learns its temperature, meant for a prior that acts alone,
+            ``mpc=False``, which the fixed 1e-4 lets collapse onto near-deterministic actions); defined
+            once there and passed down to every planner and to the loss.
     """
 
     cuda_graph_safe = ("update", "act")
@@ -131,50 +121,30 @@ class TDMPC2(RLModule):
         mlp_dim: int | None = None,
         enc_dim: int | None = None,
         num_q: int | None = None,
-        horizon: int = 3,
         episode_length: int = 1000,
         discount: float | None = None,
         episodic: bool = False,
         num_envs: int = 1,
         mpc: bool = True,
         plan_training: bool = True,
-        iterations: int = 6,
-        num_samples: int = 512,
-        num_pi_trajs: int = 24,
-        num_elites: int = 64,
-        temperature: float = 0.5,
-        min_std: float = 0.05,
-        max_std: float = 2.0,
-        eval_sample_elite: bool = False,
         lr: float = 3e-4,
         enc_lr_scale: float = 0.3,
         grad_clip: float = 20.0,
         tau: float = 0.01,
-        rho: float = 0.5,
-        consistency_coef: float = 20.0,
-        reward_coef: float = 0.1,
-        value_coef: float = 0.1,
-        termination_coef: float = 1.0,
-        entropy_coef: float = 1e-4,
-        scale_entropy_by_action_dim: bool = False,
-        target_entropy: float | None = None,
+        **shared: Any,
     ) -> None:
         super().__init__(observation_spec, action_spec)
         # Affine map between the planner's [-1, 1] and the env's bounds (rejects unbounded actions).
         self.actions = ActionScaler(action_spec, "TD-MPC2")
-        if horizon < 1 or episode_length < 1 or num_envs < 1:
-            raise ValueError("horizon, episode_length and num_envs must be >= 1.")
+        if episode_length < 1 or num_envs < 1:
+            raise ValueError("episode_length and num_envs must be >= 1.")
         if grad_clip <= 0:
             raise ValueError(f"grad_clip={grad_clip} must be > 0 (the reference clips at 20).")
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
-        if len(self.obs_shape) != 1:
-            raise IncompatibleEnvError(
-                f"TD-MPC2 here takes vector observations, got shape {tuple(self.obs_shape)}; "
-                "flatten the observation with a gymnasium wrapper."
-            )
+        self.plan_settings, loss_settings = split_shared(type(self), shared)
+        save_hparams(self, self.plan_settings, loss_settings)
+        obs_dim = vector_obs_dim(self, "TD-MPC2 here")
         self.action_dim = self.actions.action_dim
-        self.horizon = horizon
+        self.horizon = self.plan_settings.horizon
         self.discount = discount_from_episode_length(episode_length) if discount is None else discount
 
         overrides = {"latent_dim": latent_dim, "mlp_dim": mlp_dim, "enc_dim": enc_dim, "num_q": num_q}
@@ -182,18 +152,8 @@ class TDMPC2(RLModule):
             **model_size_preset(parse_model_size(model_size)),
             **{k: v for k, v in overrides.items() if v is not None},
         }
-        self.model = WorldModel(int(self.obs_shape[0]), self.action_dim, episodic=episodic, tau=tau, **arch)
-        self.loss_fn = TDMPC2Loss(
-            discount=self.discount,
-            rho=rho,
-            consistency_coef=consistency_coef,
-            reward_coef=reward_coef,
-            value_coef=value_coef,
-            termination_coef=termination_coef,
-            entropy_coef=entropy_coef,
-            scale_entropy_by_action_dim=scale_entropy_by_action_dim,
-            target_entropy=target_entropy,
-        )
+        self.model = WorldModel(obs_dim, self.action_dim, episodic=episodic, tau=tau, **arch)
+        self.loss_fn = TDMPC2Loss(self.discount, loss_settings)
         self.planner = self._make_planner(num_envs)
         # Evaluation planners, one per eval batch size, created on first use. They are kept out of the
         # module tree (and so out of checkpoints): every evaluation starts its episodes from step 0, where
@@ -201,20 +161,8 @@ class TDMPC2(RLModule):
         self._eval_planners: dict[int, MPPIPlanner] = {}
 
     def _make_planner(self, num_envs: int) -> MPPIPlanner:
-        hp = self.hparams
         return MPPIPlanner(
-            self.action_dim,
-            num_envs=num_envs,
-            discount=self.discount,
-            horizon=hp.horizon,
-            iterations=hp.iterations,
-            num_samples=hp.num_samples,
-            num_pi_trajs=hp.num_pi_trajs,
-            num_elites=hp.num_elites,
-            temperature=hp.temperature,
-            min_std=hp.min_std,
-            max_std=hp.max_std,
-            eval_sample_elite=hp.eval_sample_elite,
+            self.action_dim, num_envs=num_envs, discount=self.discount, settings=self.plan_settings
         )
 
     # ------------------------------------------------------------------ protocol

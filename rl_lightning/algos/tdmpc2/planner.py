@@ -22,15 +22,17 @@ warm start is stored per environment).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from rl_lightning.algos.common import PerEnvState
+from rl_lightning.algos.hparams import HParams
 from rl_lightning.algos.tdmpc2 import math as tdm
 
-__all__ = ["LatentModel", "MPPIPlanner"]
+__all__ = ["LatentModel", "MPPIPlanner", "PlannerSettings"]
 
 
 class _PolicySample(Protocol):
@@ -53,14 +55,13 @@ class LatentModel(Protocol):
     def termination(self, z: Tensor) -> Tensor: ...
 
 
-class MPPIPlanner(nn.Module):
-    """TD-MPC2's latent MPPI planner for ``num_envs`` environments at once (reference defaults).
+@dataclass(frozen=True, kw_only=True)
+class PlannerSettings(HParams):
+    """How TD-MPC2's MPPI planner searches (the reference's defaults); the module's ``algo.*`` keys of
+    the same names, passed down to every planner it builds.
 
-    Args:
-        action_dim: action size; actions live in ``[-1, 1]``.
-        num_envs: number of environments planned for in one call (fixes the warm-start buffer's shape).
-        discount: γ used to sum predicted rewards and bootstrap with Q.
-        horizon: planning horizon H.
+    Attributes:
+        horizon: planning horizon H (TD-MPC2 trains on slices of as many steps).
         iterations: MPPI iterations.
         num_samples: action sequences per iteration, policy-prior ones included.
         num_pi_trajs: sequences sampled from the policy prior (0 disables them).
@@ -70,6 +71,39 @@ class MPPIPlanner(nn.Module):
         max_std: upper clamp and initial value of the sampling std.
         eval_sample_elite: in ``eval_mode`` return a Gumbel-sampled elite's first action (the reference's
             behaviour) instead of the plan's mean first action.
+    """
+
+    horizon: int = 3
+    iterations: int = 6
+    num_samples: int = 512
+    num_pi_trajs: int = 24
+    num_elites: int = 64
+    temperature: float = 0.5
+    min_std: float = 0.05
+    max_std: float = 2.0
+    eval_sample_elite: bool = False
+
+    def __post_init__(self) -> None:
+        n = self.num_samples
+        if not 0 <= self.num_pi_trajs < n:
+            raise ValueError(f"num_pi_trajs={self.num_pi_trajs} must lie in [0, num_samples={n}).")
+        if not 0 < self.num_elites <= n:
+            raise ValueError(f"num_elites={self.num_elites} must lie in (0, num_samples={n}].")
+        if self.horizon < 1 or self.iterations < 1:
+            raise ValueError(f"horizon={self.horizon} and iterations={self.iterations} must be at least 1.")
+        if not 0 < self.min_std <= self.max_std:
+            raise ValueError(f"Need 0 < min_std={self.min_std} <= max_std={self.max_std}.")
+
+
+class MPPIPlanner(nn.Module):
+    """TD-MPC2's latent MPPI planner for ``num_envs`` environments at once.
+
+    Args:
+        action_dim: action size; actions live in ``[-1, 1]``.
+        num_envs: number of environments planned for in one call (fixes the warm-start buffer's shape).
+        discount: γ used to sum predicted rewards and bootstrap with Q.
+        settings: the search's settings (:class:`PlannerSettings`; its fields are read as the planner's
+            attributes of the same names).
 
     Buffers:
         warm_start.value (``prev_mean``): ``[num_envs, horizon, action_dim]``, the last plan's mean, used as
@@ -81,30 +115,15 @@ class MPPIPlanner(nn.Module):
         action_dim: int,
         num_envs: int = 1,
         discount: float = 0.99,
-        horizon: int = 3,
-        iterations: int = 6,
-        num_samples: int = 512,
-        num_pi_trajs: int = 24,
-        num_elites: int = 64,
-        temperature: float = 0.5,
-        min_std: float = 0.05,
-        max_std: float = 2.0,
-        eval_sample_elite: bool = False,
+        settings: PlannerSettings | None = None,
     ) -> None:
         super().__init__()
-        if not 0 <= num_pi_trajs < num_samples:
-            raise ValueError(f"num_pi_trajs={num_pi_trajs} must lie in [0, num_samples={num_samples}).")
-        if not 0 < num_elites <= num_samples:
-            raise ValueError(f"num_elites={num_elites} must lie in (0, num_samples={num_samples}].")
-        if horizon < 1 or iterations < 1:
-            raise ValueError(f"horizon={horizon} and iterations={iterations} must be at least 1.")
-        if not 0 < min_std <= max_std:
-            raise ValueError(f"Need 0 < min_std={min_std} <= max_std={max_std}.")
+        s = self.settings = PlannerSettings() if settings is None else settings
         self.action_dim, self.num_envs, self.discount = action_dim, num_envs, discount
-        self.horizon, self.iterations, self.num_samples = horizon, iterations, num_samples
-        self.num_pi_trajs, self.num_elites, self.temperature = num_pi_trajs, num_elites, temperature
-        self.min_std, self.max_std, self.eval_sample_elite = min_std, max_std, eval_sample_elite
-        self.warm_start = PerEnvState(num_envs, (horizon, action_dim))
+        self.horizon, self.iterations, self.num_samples = s.horizon, s.iterations, s.num_samples
+        self.num_pi_trajs, self.num_elites, self.temperature = s.num_pi_trajs, s.num_elites, s.temperature
+        self.min_std, self.max_std, self.eval_sample_elite = s.min_std, s.max_std, s.eval_sample_elite
+        self.warm_start = PerEnvState(num_envs, (s.horizon, action_dim))
 
     @property
     def prev_mean(self) -> Tensor:
