@@ -253,6 +253,7 @@ def project_sources() -> dict[str, tuple[Path, ast.AST]]:
     return found
 
 
+@pytest.mark.slow  # imports every module of the project to find its classes' bases: 20 s on a cold process
 def test_no_private_name_of_a_dependency_outside_the_compat_modules() -> None:
     sources = project_sources()
     assert len(sources) > 50 and sources.keys() >= COMPAT_MODULES
