@@ -333,7 +333,8 @@ class SliceSamplerHooks(SliceSampler):
 
     @property
     def reads_stored_trajectory_ids(self) -> bool:
-        """Whether the trajectories come from stored ids (not ends, not cached, not a guessed key)."""
+        """Whether this sampler (not fragmented, not caching) reads its trajectories from ids stored under a
+        key it was given (``traj_key``, not found by guessing), rather than from end flags."""
         return (
             not self.fragmented
             and not self.cache_values
