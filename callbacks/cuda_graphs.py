@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
+from callbacks._compat import manual_step_progress
 from callbacks._graphed_path import GraphedPath
 from callbacks._logging import notice_once
 from callbacks._protocol import (
@@ -148,7 +149,12 @@ class CudaGraphs(HotPathCallback):
                     "capturable=True there in setup)."
                 )
         manual = not pl_module.automatic_optimization
-        progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        progress = manual_step_progress(trainer)
+        if progress is None:  # a graphed step must count in trainer.global_step as Lightning's does
+            notice_once(
+                self, "CudaGraphs: this Lightning keeps its step count elsewhere; hot paths not graphed."
+            )
+            return
 
         def step_counter() -> int:
             return progress.total.completed if manual else 0

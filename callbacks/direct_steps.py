@@ -12,25 +12,21 @@ from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
+from callbacks._compat import (
+    HAS_DIRECT_STEPS,
+    foreach_add_,
+    foreach_zero_,
+    fused_adam_kernel,
+    has_step_hooks,
+    manual_step_progress,
+)
 from callbacks._logging import notice_once
 
-try:  # torch's registries of global optimizer hooks, which a direct step must find empty
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
-except ImportError:  # pragma: no cover - a torch without them: the public steps run
-    _global_optimizer_pre_hooks = _global_optimizer_post_hooks = None
-
-#: Whether this torch has the private pieces the direct steps use (torch 2.11 to 2.14): the multi-tensor
-#: ``_foreach_zero_``/``_foreach_add_``, the fused Adam kernels, and the hook registries (global and per
-#: optimizer) that must be empty. Without one of them every step is ``Optimizer.zero_grad`` and
-#: ``Optimizer.step``: the same bits, the speed-up lost. :class:`CountedStep` takes it as ``fast``.
-FAST_STEPS = (
-    _global_optimizer_pre_hooks is not None
-    and all(
-        callable(getattr(torch, name, None))
-        for name in ("_foreach_zero_", "_foreach_add_", "_fused_adam_", "_fused_adamw_")
-    )
-    and hasattr(torch.optim.SGD([torch.zeros(1, requires_grad=True)]), "_optimizer_step_post_hooks")
-)
+#: Whether this torch has the private pieces the direct steps use (``callbacks._compat.HAS_DIRECT_STEPS``):
+#: the multi-tensor ``_foreach_zero_``/``_foreach_add_``, the fused Adam kernels, and the hook registries
+#: (global and per optimizer) that must be empty. Without one of them every step is ``Optimizer.zero_grad``
+#: and ``Optimizer.step``: the same bits, the speed-up lost. :class:`CountedStep` takes it as ``fast``.
+FAST_STEPS = HAS_DIRECT_STEPS
 
 #: The hooks Lightning's manual-optimization wrappers (``manual_backward``, ``LightningOptimizer.step``)
 #: dispatch on every backward pass and optimizer step.
@@ -86,7 +82,7 @@ class CountedStep:
             and grads
             and all(g.device == grads[0].device and not g.requires_grad and not g.is_sparse for g in grads)
         ):
-            torch._foreach_zero_(grads)
+            foreach_zero_(grads)
             return
         self.optimizer.zero_grad(set_to_none=False)
 
@@ -113,10 +109,7 @@ class CountedStep:
         if (
             not self.fast
             or type(opt) not in _ADAMS
-            or opt._optimizer_step_pre_hooks
-            or opt._optimizer_step_post_hooks
-            or _global_optimizer_pre_hooks
-            or _global_optimizer_post_hooks
+            or has_step_hooks(opt)
             or getattr(opt, "grad_scale", None) is not None
             or getattr(opt, "found_inf", None) is not None
         ):
@@ -149,9 +142,9 @@ class CountedStep:
         with torch.no_grad():
             for group, beta1, beta2, params, states in calls:
                 steps = [s["step"] for s in states]
-                torch._foreach_add_(steps, 1)
+                foreach_add_(steps, 1)
                 decoupled = group.get("decoupled_weight_decay", type(opt) is torch.optim.AdamW)
-                kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
+                kernel = fused_adam_kernel(decoupled)
                 kernel(
                     params,
                     [p.grad for p in params],
@@ -215,7 +208,12 @@ class DirectSteps(Callback):
             reason = reason or "automatic optimization"
             notice_once(self, f"DirectSteps: Lightning's optimizer-step wrappers kept for {reason}.")
             return
-        progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        progress = manual_step_progress(trainer)
+        if progress is None:
+            notice_once(
+                self, "DirectSteps: Lightning's optimizer-step wrappers kept: it counts steps elsewhere."
+            )
+            return
         pl_module.direct_optimizers = [CountedStep(o, progress) for o in trainer.optimizers]
         self.direct_fits += 1
 

@@ -6,13 +6,14 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.fabric.utilities.apply_func import _TransferableDataType, move_data_to_device
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning_utilities.core.apply_func import apply_to_collection
 from tensordict import TensorDictBase
 from typing_extensions import override
 
+from callbacks._compat import Transferable
 from callbacks._logging import notice_once
 
 _HOOK = "transfer_batch_to_device"
@@ -83,7 +84,7 @@ class NonBlockingTransfer(Callback):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int = 0) -> Any:
         """Move tensors and TensorDicts non-blocking (CPU sources pinned first), the rest as usual."""
-        return apply_to_collection(batch, _TransferableDataType, self._move, device=device)
+        return apply_to_collection(batch, Transferable, self._move, device=device)
 
     def _move(self, data: Any, device: torch.device) -> Any:
         if not isinstance(data, TensorDictBase | torch.Tensor):

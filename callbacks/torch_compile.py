@@ -93,7 +93,7 @@ class TorchCompile(HotPathCallback):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"TorchCompile: mode={mode!r} is not a torch.compile mode; use one of {MODES}.")
-        backends = sorted({*torch._dynamo.list_backends(), *DEBUG_BACKENDS})
+        backends = sorted({*torch.compiler.list_backends(), *DEBUG_BACKENDS})
         if backend not in backends:
             raise ValueError(
                 f"TorchCompile: backend={backend!r} is not a dynamo backend; use one of {backends}."

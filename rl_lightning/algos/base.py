@@ -45,6 +45,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import TensorSpec
 
+from rl_lightning.compat import MoveHook, attached_trainer
+
 __all__ = [
     "PRIORITY_KEY",
     "TRANSITION_KEYS",
@@ -167,7 +169,7 @@ def _follow_loaded_frames(module: RLModule, incompatible_keys: Any) -> None:
     module.follow_frames()
 
 
-class RLModule(L.LightningModule, ABC):
+class RLModule(MoveHook, L.LightningModule, ABC):
     """Base of every algorithm: the protocol above plus manual-optimization helpers.
 
     Args:
@@ -275,7 +277,7 @@ class RLModule(L.LightningModule, ABC):
         """
         if self.direct_optimizers is not None:
             return self.direct_optimizers[index]
-        if self._trainer is not None:
+        if attached_trainer(self) is not None:
             opts = self.optimizers()
             return opts[index] if isinstance(opts, list) else opts
         if self._standalone_optimizers is None:
@@ -284,7 +286,7 @@ class RLModule(L.LightningModule, ABC):
         return self._standalone_optimizers[index]
 
     def _param_lists(self) -> Any:
-        """What :meth:`_collect_params` returns, walked once and kept until the module moves (``_apply``).
+        """What :meth:`_collect_params` returns, walked once and kept until the module moves (``on_move``).
 
         Walking the modules for their parameters costs more than a small network's update on a CPU, so the
         hot paths step, clip and copy cached lists of the leaves.
@@ -297,9 +299,8 @@ class RLModule(L.LightningModule, ABC):
         """The parameter lists the hot paths use (optimizer groups, clipping, target copies), by name."""
         raise NotImplementedError(f"{type(self).__name__} keeps no parameter lists.")
 
-    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+    def on_move(self) -> None:
         self._params_cache = None  # moved or cast: new leaves for the buffers, maybe for the parameters
-        return super()._apply(fn, recurse)
 
     def clear_grads(self, *optimizers: Any) -> None:
         """Clears the optimizers' gradients before a backward: dropped on a CPU, zeroed in place on a GPU.
@@ -319,7 +320,7 @@ class RLModule(L.LightningModule, ABC):
     def backward_loss(self, loss: torch.Tensor) -> None:
         """``manual_backward`` under a Trainer (precision plugins, grad scaling, hooks), plain backward
         otherwise or while ``direct_optimizers`` are set."""
-        if self._trainer is not None and self.direct_optimizers is None:
+        if self.direct_optimizers is None and attached_trainer(self) is not None:
             self.manual_backward(loss)
         else:
             loss.backward()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 import logging
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -255,14 +253,6 @@ def end_startup_pause() -> None:
         _gc_paused = False
 
 
-#: CPython's own first steps at exit, which :func:`exit_process` runs before skipping the teardown: private
-#: functions of ``threading`` and ``atexit`` (3.11 to 3.13). Without them a command exits through
-#: ``sys.exit``: the same files written, the teardown's 1-2 s paid.
-FAST_EXIT = callable(getattr(threading, "_shutdown", None)) and callable(
-    getattr(atexit, "_run_exitfuncs", None)
-)
-
-
 def exit_process(code: int) -> None:
     """Ends the command's process with ``code`` the way the interpreter would, less its teardown.
 
@@ -275,15 +265,21 @@ def exit_process(code: int) -> None:
     1-2 s once torch, Lightning and MLflow are imported; ``os._exit`` skips it. The project writes its
     files inside ``with`` blocks, so no buffer waits for a finalizer. Set ``RL_LIGHTNING_TEARDOWN=1`` to
     exit through the teardown all the same (``sys.exit``), as where the interpreter lacks those steps
-    (``FAST_EXIT``).
+    (``rl_lightning.compat.HAS_EXIT_STEPS``) or torch was never loaded.
     """
-    if os.environ.get("RL_LIGHTNING_TEARDOWN") or not FAST_EXIT:
+    if os.environ.get("RL_LIGHTNING_TEARDOWN") or "torch" not in sys.modules:
+        # Without torch loaded (help, a config error) the teardown is short, and the compat layer would
+        # load torch only to skip it.
+        _flush_standard_streams()
+        sys.exit(code)
+    from rl_lightning import compat
+
+    if not compat.HAS_EXIT_STEPS:
         _flush_standard_streams()
         sys.exit(code)
     # The interpreter's own first step at exit: joining the non-daemon threads alone would wait forever for
     # a thread pool's idle workers, which end only when threading's exit callbacks wake them.
-    threading._shutdown()
-    atexit._run_exitfuncs()
+    compat.run_exit_steps()
     _flush_standard_streams()
     os._exit(code)
 

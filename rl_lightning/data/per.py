@@ -22,6 +22,8 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
+from rl_lightning.compat import sampler_generator
+
 __all__ = ["TensorPrioritizedSampler"]
 
 
@@ -81,7 +83,7 @@ class TensorPrioritizedSampler(Sampler):
         if len(storage) == 0:
             raise RuntimeError("Cannot sample from an empty replay buffer.")
         sums = self._block_sum.cumsum(0)
-        u = torch.rand(batch_size, device=self.device, generator=self._rng) * sums[-1]
+        u = torch.rand(batch_size, device=self.device, generator=sampler_generator(self)) * sums[-1]
         block = torch.searchsorted(sums, u, right=True).clamp(max=self.n_blocks - 1)
         u = u - (sums[block] - self._block_sum[block])  # the draw's position inside its block
         within = self._priority.view(self.n_blocks, self.block)[block].cumsum(-1)  # [B, block]

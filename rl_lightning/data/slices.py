@@ -48,23 +48,24 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torchrl.data.replay_buffers.samplers import SliceSampler
 from torchrl.data.replay_buffers.storages import TensorStorage
 
-try:  # TorchRL 0.14's internals, which these samplers extend
-    from torchrl._utils import _replace_last
-    from torchrl.data.replay_buffers.samplers._trajectory import _FragmentedTrajectoryIndex
-except ImportError:  # pragma: no cover - a release without them: the replay takes TorchRL's SliceSampler
-    _replace_last, _FragmentedTrajectoryIndex = None, object
+from rl_lightning.compat import (
+    HAS_SLICE_HOOKS,
+    FragmentedIndexHooks,
+    SliceSamplerHooks,
+    storage_is_full,
+    storage_last_cursor,
+    storage_revision,
+    storage_table,
+)
 
 __all__ = ["FAST_SLICES", "InterleavedSliceSampler", "TrajectorySliceSampler"]
 
-#: Whether TorchRL has what these samplers build on: its fragmented index and the storage's write
-#: bookkeeping (``_is_full``, ``_mutation_revision``, ``_last_cursor_index``). Without it the replay samples
+#: Whether TorchRL has what these samplers build on (``rl_lightning.compat.HAS_SLICE_HOOKS``): its slice
+#: sampler's steps, its fragmented index and the storage's write bookkeeping. Without it the replay samples
 #: with TorchRL's ``SliceSampler`` itself (``rl_lightning.data.replay``): the same slices, drawn more slowly.
-FAST_SLICES = _replace_last is not None and all(
-    hasattr(TensorStorage, name) for name in ("_is_full", "_mutation_revision", "_last_cursor_index")
-)
+FAST_SLICES = HAS_SLICE_HOOKS
 
 #: A record's sort key is ``trajectory << _STEP_BITS | step``: both must be non-negative and fit.
 _STEP_BITS = 32
@@ -122,7 +123,12 @@ def _merge(
     return merged_keys, merged_slots
 
 
-class _SortedRunIndex(_FragmentedTrajectoryIndex):
+def _replace_last(key: Any, new_end: str) -> Any:
+    """``key`` with its last name replaced: ``("next", "truncated")`` -> ``("next", "done")``."""
+    return new_end if isinstance(key, str) else (*key[:-1], new_end)
+
+
+class _SortedRunIndex(FragmentedIndexHooks):
     """TorchRL's fragmented trajectory index with the live records kept sorted by ``(trajectory, step)``.
 
     ``_sorted_keys`` / ``_sorted_slots``: the live records' keys in ascending order and their storage slots;
@@ -154,32 +160,34 @@ class _SortedRunIndex(_FragmentedTrajectoryIndex):
         return (trajectory << _STEP_BITS) | step
 
     def _sort_all(self) -> None:
-        live = (self._slot_step >= 0).nonzero().squeeze(-1)
-        keys = self._keys(self._slot_traj[live], self._slot_step[live])
+        live = (self.slot_steps >= 0).nonzero().squeeze(-1)
+        keys = self._keys(self.slot_trajectories[live], self.slot_steps[live])
         if keys is None:
             self._sorted_keys = self._sorted_slots = None
             return
         self._sorted_keys, order = torch.sort(keys)
         self._sorted_slots = live[order]
 
-    def _full_rebuild(self, storage: Any, revision: int) -> None:
-        super()._full_rebuild(storage, revision)
+    def after_rebuild(self) -> None:
         self._sort_all()
 
-    def _apply_pending(self, storage: Any, revision: int) -> None:
-        if self._sorted_keys is None or not self._pending_indices:
-            return super()._apply_pending(storage, revision)
-        pending = torch.cat([index.cpu().reshape(-1) for index in self._pending_indices])
+    def before_pending(self, storage: Any) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The written slots and the keys of the live records they held (``None``: nothing to merge)."""
+        if self._sorted_keys is None or not self.pending_writes:
+            return None
+        pending = torch.cat([index.cpu().reshape(-1) for index in self.pending_writes])
         slots = torch.unique(pending[(pending >= 0) & (pending < len(storage))])
-        known = slots[slots < self._slot_step.numel()]
-        old_live = self._slot_step[known] >= 0
-        removed = self._keys(self._slot_traj[known][old_live], self._slot_step[known][old_live])
-        super()._apply_pending(storage, revision)
-        if self._trajectory_positions is None:  # TorchRL's index cleared itself (and raised)
+        known = slots[slots < self.slot_steps.numel()]
+        old_live = self.slot_steps[known] >= 0
+        return slots, self._keys(self.slot_trajectories[known][old_live], self.slot_steps[known][old_live])
+
+    def after_pending(self, state: tuple[torch.Tensor, torch.Tensor | None] | None) -> None:
+        if state is None or not self.built:  # nothing to merge, or TorchRL's index cleared itself
             return
-        new_step = self._slot_step[slots]
+        slots, removed = state
+        new_step = self.slot_steps[slots]
         new_live = new_step >= 0
-        added = self._keys(self._slot_traj[slots][new_live], new_step[new_live])
+        added = self._keys(self.slot_trajectories[slots][new_live], new_step[new_live])
         if removed is None or added is None:
             self._sorted_keys = self._sorted_slots = None
             return
@@ -190,7 +198,7 @@ class _SortedRunIndex(_FragmentedTrajectoryIndex):
 
     def runs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Packed slots, run offsets and run lengths, as TorchRL's index returns them."""
-        if self._runs is not None or self._trajectory_positions is None or self._sorted_keys is None:
+        if self.cached_runs is not None or not self.built or self._sorted_keys is None:
             return super().runs()
         keys = self._sorted_keys
         new_run = torch.ones_like(keys, dtype=torch.bool)
@@ -202,8 +210,8 @@ class _SortedRunIndex(_FragmentedTrajectoryIndex):
         boundaries = torch.cat([run_offsets, run_offsets.new_tensor([keys.numel()])])
         # Kept on the host, whatever the storage's device: the sample's index is drawn from them there
         # (see ``TrajectorySliceSampler``).
-        self._runs = self._sorted_slots, run_offsets, boundaries[1:] - boundaries[:-1]
-        return self._runs
+        self.cached_runs = self._sorted_slots, run_offsets, boundaries[1:] - boundaries[:-1]
+        return self.cached_runs
 
 
 def _present(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
@@ -248,19 +256,19 @@ class _AdjacentEnds:
             self._ends = None  # a rebuild costs less than the backlog
             self._pending.clear()
             return
-        self._pending.append((int(storage._mutation_revision), index))
+        self._pending.append((storage_revision(storage), index))
 
     def boundaries(self, storage: Any, key: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``(start [K, 1], stop [K, 1], lengths [K])`` as TorchRL's ``_get_stop_and_length`` returns them
         for trajectory ids under ``key``, on the CPU whatever the storage's device; ``None`` where the ids are
         not one plain 1-D stored tensor."""
-        store = getattr(storage, "_storage", None)
+        store = storage_table(storage)
         leaf = store.get(key, None) if type(store) is TensorDict and store.batch_dims == 1 else None
         length = len(storage)
         if type(leaf) is not torch.Tensor or leaf.ndim != 1 or length == 0:
             return None
-        full = bool(storage._is_full)
-        revision = int(storage._mutation_revision)
+        full = storage_is_full(storage)
+        revision = storage_revision(storage)
         known = self._ends is not None and self._storage_ref() is storage
         pending = [(r, index) for r, index in self._pending if r > self._revision]
         if not known or {r for r, _ in pending} != set(range(self._revision + 1, revision + 1)):
@@ -274,7 +282,7 @@ class _AdjacentEnds:
         if not full:
             ends = torch.cat([ends, ends.new_tensor([length - 1])])
         else:
-            cursor = storage._last_cursor_index
+            cursor = storage_last_cursor(storage)
             if cursor is not None:
                 cursor = ends.new_tensor([int(cursor)])
                 if not _present(ends, cursor).item():
@@ -337,7 +345,7 @@ class _FlagRows:
         self.storage, self.keys = storage, keys
 
     def __getitem__(self, index: Any) -> Any:
-        store = getattr(self.storage, "_storage", None)
+        store = storage_table(self.storage)
         if not (
             type(store) is TensorDict
             and store.batch_dims == 1
@@ -359,7 +367,7 @@ class _FlagRows:
         return out
 
 
-class TrajectorySliceSampler(SliceSampler):
+class TrajectorySliceSampler(SliceSamplerHooks):
     """TorchRL's ``SliceSampler`` that reads only the flags it needs of the sampled steps and, for
     trajectory ids in a 1-D storage, keeps the trajectories' ends across writes (see the module).
 
@@ -380,28 +388,19 @@ class TrajectorySliceSampler(SliceSampler):
         if not self.fragmented:
             self._ends.mark_update(index, storage)
 
-    def _end_stream(self, index: torch.Tensor, *, storage: Any) -> None:
+    def on_stream_end(self) -> None:
         # A patch of the stream's last steps, not told as a write: rebuild. ``empty()`` and a checkpoint
         # load change the storage's revision, which rebuilds as well.
-        super()._end_stream(index, storage=storage)
         self._ends.clear()
 
-    def _get_stop_and_length(self, storage: Any, fallback: bool = True) -> Any:
-        if (
-            not self.fragmented
-            and not self.cache_values
-            and self._fetch_traj
-            and not getattr(self, "_traj_key_auto", False)
-            and isinstance(storage, TensorStorage)
-            and storage.ndim == 1
-        ):
-            found = self._ends.boundaries(storage, self._used_traj_key)
-            if found is not None:
-                return found
-        return super()._get_stop_and_length(storage, fallback)
+    def trajectory_bounds(self, storage: Any) -> Any:
+        if self.reads_stored_trajectory_ids and isinstance(storage, TensorStorage) and storage.ndim == 1:
+            return self._ends.boundaries(storage, self.used_trajectory_key)
+        return None
 
-    def _finalize_index(self, *, storage: Any, index: torch.Tensor, **kwargs: Any) -> Any:
-        device = _FragmentedTrajectoryIndex._storage_device(storage)  # None: no device (yet)
+    def before_finalize(self, storage: Any, index: torch.Tensor, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        device = getattr(storage, "device", None)  # None or "auto": no device (yet)
+        device = None if device is None or device == "auto" else torch.device(device)
         if device is not None and device.type != "cpu" and index.device.type == "cpu":
             # Drawn on the host (the trajectories' ends and runs are kept there): the index and what else
             # is per row go to the storage's device in one asynchronous copy each; the flag reads, the
@@ -419,7 +418,7 @@ class TrajectorySliceSampler(SliceSampler):
                     _replace_last(self.truncated_key, "terminated"),
                 ]
             storage = _FlagRows(storage, keys)
-        return super()._finalize_index(storage=storage, index=index, **kwargs)
+        return storage, index
 
 
 class InterleavedSliceSampler(TrajectorySliceSampler):
@@ -433,4 +432,4 @@ class InterleavedSliceSampler(TrajectorySliceSampler):
         super().__init__(*args, **kwargs)
         if not self.fragmented:
             raise ValueError("InterleavedSliceSampler is for fragmented=True; use SliceSampler otherwise.")
-        self._fragmented_index = _SortedRunIndex(self.traj_key, self.step_key)
+        self.set_fragmented_index(_SortedRunIndex(self.traj_key, self.step_key))

@@ -28,17 +28,24 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage
 
-from rl_lightning.compat import build_td, td_entries
+from rl_lightning.compat import (
+    HAS_STORAGE_BOOKKEEPING,
+    build_td,
+    storage_bump_revision,
+    storage_is_full,
+    storage_note_write,
+    storage_table,
+    storage_written,
+    td_entries,
+)
 
 __all__ = ["DIRECT_STORAGE", "DirectTensorStorage"]
 
-#: What the direct path reads and updates of ``LazyTensorStorage`` (TorchRL 0.14): the storage's
-#: TensorDict, how full it is, and the bookkeeping of a write. A release without them leaves every write and
-#: read to ``LazyTensorStorage``'s own path: the same rows, the speed-up lost.
-DIRECT_STORAGE = all(
-    hasattr(LazyTensorStorage, name)
-    for name in ("_is_full", "_len_along_dim0", "_set_last_cursor", "_get_new_len", "_bump_mutation_revision")
-)
+#: What the direct path reads and updates of ``LazyTensorStorage`` (``rl_lightning.compat``'s
+#: ``HAS_STORAGE_BOOKKEEPING``): the storage's TensorDict, how full it is, and the bookkeeping of a write. A
+#: release without them leaves every write and read to ``LazyTensorStorage``'s own path: the same rows, the
+#: speed-up lost.
+DIRECT_STORAGE = HAS_STORAGE_BOOKKEEPING
 
 
 def _matching_leaves(store: TensorDict, data: Any, out: list) -> bool:
@@ -98,32 +105,33 @@ class DirectTensorStorage(LazyTensorStorage):
     direct = DIRECT_STORAGE
 
     def _direct(self, index: Any) -> bool:
+        store = storage_table(self)
         return (
             self.direct
             and self.initialized
-            and type(self._storage) is TensorDict
-            and self._storage.batch_dims == 1
+            and type(store) is TensorDict
+            and store.batch_dims == 1
             and not getattr(self, "shared_init", False)
             and type(index) is torch.Tensor
             and index.ndim == 1
             and index.dtype is torch.int64
-            and index.device == self._storage.device
+            and index.device == store.device
         )
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         if not (
             self._direct(cursor)
-            and _matching_leaves(self._storage, data, pairs)  # a plain TensorDict, so it has a batch size
+            # A plain TensorDict, so it has a batch size.
+            and _matching_leaves(storage_table(self), data, pairs)
             and data.batch_size == cursor.shape
         ):
             return super().set(cursor, data, set_cursor=set_cursor)
         if set_cursor:
-            self._set_last_cursor(cursor)
-            self._get_new_len(data, cursor)
+            storage_note_write(self, cursor, data)
         for leaf, value in pairs:
             leaf[cursor] = value
-        self._bump_mutation_revision()
+        storage_bump_revision(self)
 
     def get(self, index: Any) -> Any:
         # SliceSampler indexes a 1-D storage with a tuple of one tensor.
@@ -131,7 +139,8 @@ class DirectTensorStorage(LazyTensorStorage):
         if self._direct(rows):
             # Indexed within the written part, as LazyTensorStorage does: a negative index counts from the
             # last written entry and one past it raises.
-            out = _gather(self._storage, rows, None if self._is_full else self._len_along_dim0)
+            used = None if storage_is_full(self) else storage_written(self)
+            out = _gather(storage_table(self), rows, used)
             if out is not None:
                 return out
         return super().get(index)

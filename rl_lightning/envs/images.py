@@ -128,8 +128,10 @@ class AtariFrames(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, frame_skip: int = 4, size: int = 84) -> None:
+        from rl_lightning.compat import atari_frameskip
+
         super().__init__(env)
-        if env.unwrapped._frameskip != 1:
+        if atari_frameskip(env.unwrapped) not in (1, None):
             raise ValueError("AtariFrames repeats actions itself: make the ALE env with frameskip=1.")
         self.frame_skip = frame_skip
         self.ale = env.unwrapped.ale

@@ -209,7 +209,7 @@ class GymVecEnv(EnvBase):
     # ------------------------------------------------------------------ TorchRL side
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         # Every reset is a full one: partial resets never reach this env because it resets finished
-        # episodes itself inside ``step`` (see ``_step_and_maybe_reset``).
+        # episodes itself inside ``step`` (see ``step_and_maybe_reset``).
         self._gym_reset_all()
         self._return[:] = 0
         self._length[:] = 0
@@ -264,7 +264,7 @@ class GymVecEnv(EnvBase):
             self._length[finished] = 0
         return entries, any_finished
 
-    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """The collector's step, without ``EnvBase.step``'s generic processing.
 
         ``_step`` already returns every key of the next step with the specs' shapes and dtypes, and the
@@ -281,7 +281,7 @@ class GymVecEnv(EnvBase):
         """
         if "_step" in tensordict.keys():  # a partial step: never produced for this env, but honoured
             tensordict = self.step(tensordict)
-            root = self._step_mdp(tensordict)
+            root = self.step_mdp(tensordict)
             root.update(self._root_entries())
             return tensordict, root
         entries, any_finished = self._next_entries(tensordict)

@@ -49,7 +49,7 @@ class ReLUMLP(nn.Sequential):
 
     def forward(self, x: Tensor) -> Tensor:
         fresh = False  # whether x is a linear layer's output made in this call
-        for layer in self._modules.values():
+        for layer in self:
             if type(layer) is nn.Linear:
                 x, fresh = F.linear(x, layer.weight, layer.bias), True
             elif type(layer) is nn.ReLU:

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
+from rl_lightning.compat import set_training_flags
+
 __all__ = [
     "Ensemble",
     "EnsembleLinear",
@@ -256,13 +258,11 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
         if isinstance(m, Ensemble):
             modules.extend(m._base.modules())
     modes = [m.training for m in modules]
-    for m in modules:
-        m.__dict__["training"] = False  # a plain attribute: what nn.Module.__setattr__ would write
+    set_training_flags(modules, [False] * len(modules))
     try:
         yield
     finally:
-        for m, mode in zip(modules, modes, strict=True):
-            m.__dict__["training"] = mode
+        set_training_flags(modules, modes)
 
 
 class EnsembleLinear(nn.Module):

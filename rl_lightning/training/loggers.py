@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
+from rl_lightning.compat import wandb_run_started
 from rl_lightning.training.mlflow_logger import BufferedMLFlowLogger
 
 __all__ = ["LOGGER_TYPES", "build_logger", "end_run", "is_mlflow", "record_file"]
@@ -102,5 +103,5 @@ def end_run(logger: Logger | None) -> None:
     """Ends a W&B run with the fit (Lightning leaves it to the interpreter's exit, so a process that goes
     on, a sweep's next job or a test, would leave it open, its summary unwritten); the others end with
     Lightning's ``finalize``."""
-    if isinstance(logger, WandbLogger) and logger._experiment is not None:
+    if isinstance(logger, WandbLogger) and wandb_run_started(logger):
         logger.experiment.finish()

@@ -8,11 +8,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
+from rl_lightning.compat import mlflow_logger_client, mlflow_logger_unstarted, set_mlflow_experiment_id
 from rl_lightning.training.mlflow_store import prepare_sqlite_store
 
 __all__ = ["BufferedMLFlowLogger", "live_history"]
@@ -55,6 +55,13 @@ class BufferedMLFlowLogger(MLFlowLogger):
         bound.apply_defaults()
         prepare_sqlite_store(bound.arguments["tracking_uri"] or "")  # before MLFlowLogger opens the store
         super().__init__(*args, **kwargs)
+        # The constructor's arguments, kept here rather than read back from MLFlowLogger's private copies.
+        self._tracking_uri_given = bound.arguments["tracking_uri"]
+        self._experiment_name_given = bound.arguments["experiment_name"]
+        self._artifact_location_given = bound.arguments["artifact_location"]
+        self._metric_prefix = bound.arguments["prefix"]
+        synchronous = bound.arguments.get("synchronous")
+        self._batch_kwargs = {} if synchronous is None else {"synchronous": synchronous}
         self.flush_every_s = float(flush_every_s)
         self._pending: list[Any] = []
         self._last_flush = time.monotonic()
@@ -68,15 +75,15 @@ class BufferedMLFlowLogger(MLFlowLogger):
         store both find none, and the later ``create_experiment`` fails. Here the one that loses that race
         takes the experiment the other made.
         """
-        first = not self._initialized and self._run_id is None and self._experiment_id is None
-        if first and rank_zero_only.rank == 0:  # the other ranks get Lightning's dummy experiment
-            self._experiment_id = self._find_or_make_experiment()
+        if rank_zero_only.rank == 0 and mlflow_logger_unstarted(self):  # other ranks: Lightning's dummy
+            set_mlflow_experiment_id(self, self._find_or_make_experiment())
         return super().experiment
 
     def _find_or_make_experiment(self) -> str:
         from mlflow.exceptions import MlflowException
 
-        client, name = self._mlflow_client, self._experiment_name
+        client = mlflow_logger_client(self, self._tracking_uri_given)
+        name = self._experiment_name_given
 
         def live() -> str | None:
             found = client.get_experiment_by_name(name)
@@ -85,7 +92,7 @@ class BufferedMLFlowLogger(MLFlowLogger):
         if (experiment_id := live()) is not None:
             return experiment_id
         try:
-            return client.create_experiment(name=name, artifact_location=self._artifact_location)
+            return client.create_experiment(name=name, artifact_location=self._artifact_location_given)
         except MlflowException:
             if (experiment_id := live()) is None:
                 raise
@@ -97,7 +104,9 @@ class BufferedMLFlowLogger(MLFlowLogger):
         from mlflow.entities import Metric
 
         timestamp_ms = int(time.time() * 1000)
-        for key, value in _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR).items():
+        if self._metric_prefix:  # as Lightning's logger prefixes them
+            metrics = {f"{self._metric_prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
+        for key, value in metrics.items():
             if isinstance(value, str):
                 continue  # MLflow metrics are numbers; Lightning's logger discards strings too
             key = re.sub("[^a-zA-Z0-9_/. -]+", "", key)  # the characters MLflow allows, as Lightning's
@@ -111,7 +120,7 @@ class BufferedMLFlowLogger(MLFlowLogger):
         """Writes the metrics kept so far."""
         while self._pending:
             chunk = self._pending[:MAX_METRICS_PER_BATCH]
-            self.experiment.log_batch(run_id=self.run_id, metrics=chunk, **self._log_batch_kwargs)
+            self.experiment.log_batch(run_id=self.run_id, metrics=chunk, **self._batch_kwargs)
             del self._pending[: len(chunk)]
         self._last_flush = time.monotonic()
 

@@ -47,10 +47,16 @@ def _template() -> Path:
     """The empty store of the installed MLflow, made by its migrations the first time it is asked for."""
     import mlflow
     import sqlalchemy
-    from mlflow.store.db.utils import _get_latest_schema_revision, _initialize_tables
+
+    from rl_lightning.compat import mlflow_schema_tools
+
+    tools = mlflow_schema_tools()
+    if tools is None:
+        raise RuntimeError("this MLflow's schema functions are not known to rl_lightning.compat")
+    latest_revision, initialize_tables = tools
 
     directory = template_dir()
-    path = directory / f"mlflow-{mlflow.__version__}-{_get_latest_schema_revision()}.db"
+    path = directory / f"mlflow-{mlflow.__version__}-{latest_revision()}.db"
     if path.is_file():
         return path
     directory.mkdir(parents=True, exist_ok=True)
@@ -59,7 +65,7 @@ def _template() -> Path:
     try:
         engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
         try:
-            _initialize_tables(engine)
+            initialize_tables(engine)
         finally:
             engine.dispose()
         os.replace(tmp, path)  # whole or not at all; a concurrent maker writes the same schema

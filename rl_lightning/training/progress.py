@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from typing_extensions import override
 
+from rl_lightning.compat import attached_trainer
+
 __all__ = ["FramesProgressBar"]
 
 
@@ -56,7 +58,8 @@ class FramesProgressBar(ProgressBar):
     # ------------------------------------------------------------------ ProgressBar API
     @property
     def is_enabled(self) -> bool:
-        return self._enabled and (self._trainer is None or self._trainer.is_global_zero)
+        trainer = attached_trainer(self)
+        return self._enabled and (trainer is None or trainer.is_global_zero)
 
     @override
     def disable(self) -> None:
