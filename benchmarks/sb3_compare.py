@@ -88,7 +88,7 @@ CLEANRL_PPO = ["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "32"
 TEST_SEED = 1_000_000_000
 TEST_EPISODES = 100
 #: What the peers' environment holds (``--peers-python`` or one made under ``--workdir``).
-PEERS = (["torch==2.13.0"], ["stable-baselines3>=2.3", "gym==0.23.1", "numpy<2", "tensorboard"],
+PEERS = (["torch==2.13.0"], ["stable-baselines3>=2.3", "gym==0.23.1", "pygame", "numpy<2", "tensorboard"],
          ["--no-deps", "--ignore-requires-python", "cleanrl==1.2.0"])  # fmt: skip
 EVAL_EPISODES = 10
 #: The per-run figures averaged over the seeds in the summary.
@@ -219,7 +219,7 @@ def compare_ppo(seed: int, workdir: Path, frames: int, peers: str) -> dict:
     cwd.mkdir(parents=True, exist_ok=True)
     ours = [sys.executable, "-m", "rl_lightning", "fit", f"+experiment={PPO_TASK}", f"seed={seed}",
             f"total_frames={frames}", "progress_bar=false", "device=cpu", "eval.every_frames=0",
-            "eval.episodes=1", "checkpoint.every_frames=0", "logger=none"]  # fmt: skip
+            "eval.episodes=1", f"checkpoint.every_frames={frames}", "logger=none"]  # fmt: skip
     script = str(Path(__file__).resolve())
     theirs = [[peers, script, "--worker", side, "--seeds", str(seed), "--frames", str(frames)]
               for side in ("sb3_ppo", "cleanrl_ppo")]  # fmt: skip
