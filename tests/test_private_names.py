@@ -284,7 +284,7 @@ def _scan_source(source: str, exec_module: bool = True) -> list[str]:
 
 PLANTED: list[tuple[str, str]] = [
     ("import torch\ntorch._foreach_add_", "torch._foreach_add_"),
-    ("import threading\nthreading._shutdown()", "threading._shutdown"),
+    ("import threading\nthreading._shutdown", "threading._shutdown"),  # named, not called: the scan runs it
     ("from torchrl._utils import _replace_last", "from torchrl._utils import _replace_last"),
     ("from lightning.fabric.utilities.apply_func import _TransferableDataType", "_TransferableDataType"),
     ("import torch._dynamo", "import torch._dynamo"),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -40,6 +40,7 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, RolloutRequirements
 from rl_lightning.algos.common import ActionScaler, GreedyPolicy, LinearSchedule, clip_grad_norm, without_grad
+from rl_lightning.compat import attached_trainer
 from rl_lightning.nn.encoders import feature_dim, make_encoder
 
 __all__ = ["PPO", "PPOPolicy", "gae", "ppo_losses"]
@@ -410,14 +411,15 @@ class PPO(RLModule):
                 else:
                     group["lr"] = self.lr_now
 
-    def _built_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimizers built so far (none before a Trainer set them up)."""
+    def _built_optimizers(self) -> list[Any]:
+        """The optimizers built so far (none before a Trainer set them up, outside one none before the first
+        :meth:`optimizer` call)."""
         if self.direct_optimizers is not None:
             return list(self.direct_optimizers)
-        try:
-            return list(self.trainer.optimizers)
-        except RuntimeError:  # not attached to a Trainer
-            return list(self._standalone_optimizers or [])
+        if attached_trainer(self) is not None:
+            opts = self.optimizers()
+            return opts if isinstance(opts, list) else [opts]
+        return list(self._standalone_optimizers or [])
 
     def _collect_params(self) -> list[Tensor]:
         return [p for p in self.parameters() if p.requires_grad]
