@@ -102,7 +102,7 @@ def test_prioritized_update_weights_the_loss_and_returns_per_sample_losses(name:
         reset_noise(ref.online)
         reset_noise(ref.target)
     with torch.no_grad():
-        per_sample, _ = ref.per_sample_loss(td.clone())
+        per_sample, _, _ = ref.per_sample_loss(td.clone())
     assert torch.equal(out["priority", "index"], td["index"])
     torch.testing.assert_close(out["priority", "value"], per_sample)
     torch.testing.assert_close(out["loss"], (td["priority_weight"] * per_sample).mean())
@@ -115,7 +115,7 @@ def test_greedy_eval_and_epsilon_exploration(name: str) -> None:
     obs = torch.randn(64, OBS)
     greedy = m.act_eval(TensorDict({"observation": obs}, [64]))["action"]
     assert torch.equal(greedy, m.act_eval(TensorDict({"observation": obs}, [64]))["action"])  # deterministic
-    torch.testing.assert_close(greedy, m.q_values(obs, noisy=False, explore=False).argmax(-1))
+    torch.testing.assert_close(greedy, m.q_values(obs, explore=False).argmax(-1))
     if name != "rainbow":
         explored = m.act(TensorDict({"observation": obs}, [64]))["action"]
         assert (explored != greedy).any() and explored.min() >= 0 and explored.max() < ACTIONS
@@ -148,7 +148,7 @@ def test_qrdqn_loss_matches_a_hand_computed_quantile_regression(double: bool) ->
     m = make("qrdqn", double_dqn=double, gamma=gamma, kappa=kappa)
     perturb(m.target)  # online and target disagree, so the two action rules differ
     td = batch()
-    loss, _ = m.per_sample_loss(td)
+    loss, _, _ = m.per_sample_loss(td)
     n = m.hparams.n_quantiles
     tau = [(2 * i + 1) / (2 * n) for i in range(n)]
     with torch.no_grad():
@@ -193,7 +193,7 @@ def test_c51_loss_equals_torchrls_distributional_dqn_loss() -> None:
     m = make("c51", double_dqn=True, gamma=0.9)
     td = batch()
     td["next", "reward"] = 3 * td["next", "reward"]  # some returns beyond the support: clipping matters
-    ours, _ = m.per_sample_loss(td.clone())
+    ours, _, _ = m.per_sample_loss(td.clone())
     torch.testing.assert_close(ours, _torchrl_c51_loss(m, td), rtol=1e-5, atol=1e-5)
 
 
@@ -204,7 +204,7 @@ def test_iqn_loss_matches_a_hand_computed_target_with_the_same_fractions() -> No
     td = batch()
     hp = m.hparams
     torch.manual_seed(3)
-    loss, _ = m.per_sample_loss(td)
+    loss, _, _ = m.per_sample_loss(td)
     torch.manual_seed(3)  # the draws of per_sample_loss, in order: N, K (the target's action), N'
     tau = torch.rand(B, hp.n_quantiles)
     tau_act = torch.rand(B, hp.n_policy_quantiles)
@@ -251,7 +251,7 @@ def test_iqn_acts_on_the_distorted_mean_in_act_and_act_eval(risk: str, eta: floa
     assert torch.equal(m.act(obs.clone())["action"], expected)
     # act_eval's estimate is the mean over the distorted midpoint grid: deterministic and hand-checkable.
     grid = distort(midpoint_fractions(256), risk, eta)
-    q = m.q_values(obs["observation"], noisy=False, explore=False)
+    q = m.q_values(obs["observation"], explore=False)
     torch.testing.assert_close(q[:, 1], torch.full((32,), float(10 * (grid - 0.3).mean())))
 
 
