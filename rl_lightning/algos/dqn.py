@@ -140,10 +140,9 @@ class DQN(ValueBased):
         self.eval_polyak = eval_polyak
         hidden, n = self.hidden_sizes, self.n_actions
         if self.config.dueling:
-            self.online = self.network(lambda f: DuelingHead(f, hidden, n))
+            self.build(lambda f: DuelingHead(f, hidden, n))
         else:
-            self.online = self.network(lambda f: mlp_head(f, n, hidden))  # TorchRL MLP's layers and names
-        self.make_target()
+            self.build(lambda f: mlp_head(f, n, hidden))  # TorchRL MLP's layers and names
         #: The Polyak average the deterministic policy acts with (``eval_polyak``), else ``None``.
         self.averaged = copy.deepcopy(self.online).requires_grad_(False) if eval_polyak else None
 

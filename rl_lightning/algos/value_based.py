@@ -136,9 +136,9 @@ def _flat_signature(cls: type) -> inspect.Signature:
 class ValueBased(RLModule):
     """Base of DQN, C51, QR-DQN and IQN (see the module docstring).
 
-    A member builds ``self.online`` in its constructor (with :meth:`network`) and calls
-    :meth:`make_target`; it implements :meth:`q_values`, :meth:`eval_q` and :meth:`per_sample_loss`. A member
-    with noisy layers sets ``self.noisy``; the update then draws fresh noise before the loss.
+    A member builds its networks in its constructor (:meth:`build`) and implements :meth:`q_values`,
+    :meth:`eval_q` and :meth:`per_sample_loss`. A member with noisy layers sets ``self.noisy``; the update
+    then draws fresh noise before the loss.
 
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, *obs_shape]``).
@@ -193,14 +193,12 @@ class ValueBased(RLModule):
         """``config.hidden_sizes`` as a list of ints (a config may hand any sequence)."""
         return [int(w) for w in self.config.hidden_sizes]
 
-    def network(self, head: Callable[[int], nn.Module]) -> nn.Module:
-        """The network of ``head(features)`` after the observation encoder ``config.encoder``
-        (:mod:`rl_lightning.nn.encoders`; none for float vectors, whose head reads the observation)."""
+    def build(self, head: Callable[[int], nn.Module]) -> None:
+        """Builds ``self.online``, ``head(features)`` after the observation encoder ``config.encoder``
+        (:mod:`rl_lightning.nn.encoders`; none for float vectors, whose head reads the observation), and
+        ``self.target``, its frozen copy."""
         torso = make_encoder(self.config.encoder, self.observation_spec["observation"])
-        return encoded(torso, head(feature_dim(torso, self.observation_spec["observation"])))
-
-    def make_target(self) -> None:
-        """Copies ``self.online`` into ``self.target``, frozen (a member calls it once ``online`` exists)."""
+        self.online = encoded(torso, head(feature_dim(torso, self.observation_spec["observation"])))
         self.target = copy.deepcopy(self.online).requires_grad_(False)
 
     # ------------------------------------------------------------------ what a member provides

@@ -1,5 +1,6 @@
-"""C51 (and Rainbow), QR-DQN, IQN and AC-IQN: update invariants, hand-computed losses, targets, risk-sensitive
-acting, and the per-sample losses as prioritized-replay feedback."""
+"""C51 (and Rainbow), QR-DQN, IQN and AC-IQN: update invariants, hand-computed losses, targets and
+risk-sensitive acting (the prioritized-replay reduction and feedback of the discrete members:
+``test_value_based.py``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from rl_lightning.algos.quantile.math import RISKS, distort, midpoint_fractions,
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
-from rl_lightning.nn.noisy import reset_noise
 from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACTIONS, B = OBS_DIM, N_ACTIONS, 16
@@ -86,27 +86,6 @@ def test_soft_target_moves_by_the_polyak_rule_and_hard_target_is_copied_every_k(
     assert same(t0, params(m.target))
     m.update(batch(3))
     assert same(params(m.online), params(m.target))
-
-
-@pytest.mark.parametrize("name", DISCRETE)
-def test_prioritized_update_weights_the_loss_and_returns_per_sample_losses(name: str) -> None:
-    m = make(name)
-    ref = copy.deepcopy(m)
-    td = batch()
-    td["index"] = torch.arange(100, 100 + B)
-    td["priority_weight"] = torch.linspace(0.2, 1.0, B)
-    torch.manual_seed(7)
-    out = m.update(td.clone())
-    torch.manual_seed(7)
-    if ref.noisy:  # the update draws fresh noise first
-        reset_noise(ref.online)
-        reset_noise(ref.target)
-    with torch.no_grad():
-        per_sample, _, _ = ref.per_sample_loss(td.clone())
-    assert torch.equal(out["priority", "index"], td["index"])
-    torch.testing.assert_close(out["priority", "value"], per_sample)
-    torch.testing.assert_close(out["loss"], (td["priority_weight"] * per_sample).mean())
-    assert "priority" not in m.update(batch(2)).keys()  # a uniform sample carries none
 
 
 @pytest.mark.parametrize("name", DISCRETE)

@@ -34,7 +34,8 @@ def make(name: str, **kw) -> ValueBased:
 def test_every_member_steps_on_the_mean_of_the_weighted_per_sample_losses(name: str) -> None:
     """``update`` on a prioritized sample reports ``mean(w * L)`` and takes the optimizer step of its
     gradient: the same weights as a plain Adam step on that loss, computed by hand from the member's
-    per-sample losses. A member that reduced otherwise (``sum(w * L) / sum(w)``, no weights) fails."""
+    per-sample losses. A member that reduced otherwise (``sum(w * L) / sum(w)``, no weights) fails. The
+    new priorities are the member's (the per-sample loss of the distributional members, DQN's TD error)."""
     lr = 0.01
     m = make(name, grad_clip=None, lr=lr, target_update="hard", hard_update_every=1000)
     ref = copy.deepcopy(m)
@@ -49,9 +50,13 @@ def test_every_member_steps_on_the_mean_of_the_weighted_per_sample_losses(name: 
     if ref.noisy:  # the update draws fresh noise first
         reset_noise(ref.online)
         reset_noise(ref.target)
-    per_sample, _, _ = ref.per_sample_loss(td.clone())
+    per_sample, priority, _ = ref.per_sample_loss(td.clone())
     expected = (w * per_sample).mean()
     torch.testing.assert_close(out["loss"], expected.detach())
+    # The member's priorities come back under the sample's replay indices; a uniform sample carries none.
+    assert torch.equal(out["priority", "index"], td["index"])
+    torch.testing.assert_close(out["priority", "value"], priority.detach())
+    assert "priority" not in make(name).update(td.exclude("index", "priority_weight")).keys()
     assert not torch.allclose(out["loss"], (w * per_sample).sum().detach() / w.sum(), rtol=1e-3)
     opt = torch.optim.Adam(ref.online.parameters(), lr=lr, eps=ref.config.adam_eps, foreach=True)
     expected.backward()

@@ -82,11 +82,11 @@ class C51(ValueBased):
                              f"{v_min}, {v_max}.")  # fmt: skip
         self.noisy = noisy
         self.register_buffer("support", torch.linspace(v_min, v_max, n_atoms))
-        hidden, dueling = self.hidden_sizes, self.config.dueling
-        self.online = self.network(
-            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_atoms, dueling, noisy, noisy_std)
+        self.build(
+            lambda f: DistributionalQNet(
+                f, self.hidden_sizes, self.n_actions, n_atoms, self.config.dueling, noisy, noisy_std
+            )
         )
-        self.make_target()
 
     def log_probs(self, observation: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
         """Log-probabilities ``[B, A, K]`` of the atoms, per action."""

@@ -96,16 +96,17 @@ class IQN(ValueBased):
         check_risk(risk, risk_param)
         self.noisy = noisy
         self.register_buffer("policy_fractions", midpoint_fractions(n_policy_quantiles))
-        hidden, dueling = self.hidden_sizes, self.config.dueling
-        self.online = self.network(
-            lambda f: ImplicitQuantileNet(f, hidden, self.n_actions, n_cos, dueling, noisy, noisy_std)
+        hidden = self.hidden_sizes
+        self.build(
+            lambda f: ImplicitQuantileNet(
+                f, hidden, self.n_actions, n_cos, self.config.dueling, noisy, noisy_std
+            )
         )
         if len(hidden) < 2 and not isinstance(self.online, EncodedNet):
             raise ValueError(
                 f"algo.hidden_sizes={hidden}: IQN on vector observations needs at least two widths (the "
                 "state trunk, then the head); with an image encoder one (the head) is enough."
             )
-        self.make_target()
 
     def distort(self, tau: Tensor) -> Tensor:
         """The acting distortion :math:`\\beta(\\tau)` of ``risk`` and ``risk_param``."""

@@ -72,11 +72,11 @@ class QRDQN(ValueBased):
             )
         self.noisy = noisy
         self.register_buffer("fractions", midpoint_fractions(n_quantiles))
-        hidden, dueling = self.hidden_sizes, self.config.dueling
-        self.online = self.network(
-            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_quantiles, dueling, noisy, noisy_std)
+        self.build(
+            lambda f: DistributionalQNet(
+                f, self.hidden_sizes, self.n_actions, n_quantiles, self.config.dueling, noisy, noisy_std
+            )
         )
-        self.make_target()
 
     def quantiles(self, observation: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
         """Quantiles ``[B, A, N]`` at :attr:`fractions`."""
