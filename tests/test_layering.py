@@ -149,7 +149,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_import_graph_finds_the_modules() -> None:
     graph = import_graph()
     assert "rl_lightning.cli.run" in graph["rl_lightning.cli.fit"]
-    assert "rl_lightning.algos.base" in graph["rl_lightning.algos.dqn"]
+    assert "rl_lightning.algos.base" in graph["rl_lightning.algos.value_based"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 

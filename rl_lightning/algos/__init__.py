@@ -8,6 +8,7 @@ from rl_lightning.algos.sac import SAC
 from rl_lightning.algos.sac_discrete import DiscreteSAC
 from rl_lightning.algos.td3 import DDPG, TD3
 from rl_lightning.algos.tdmpc2 import TDMPC2
+from rl_lightning.algos.value_based import ValueBased, ValueBasedHParams
 
 __all__ = [
     "ACIQN",
@@ -23,4 +24,6 @@ __all__ = [
     "IncompatibleEnvError",
     "RLModule",
     "SACOptions",
+    "ValueBased",
+    "ValueBasedHParams",
 ]

@@ -195,9 +195,18 @@ def bootstrapped_targets(
 
 
 def weighted_mean(x: Tensor, weights: Tensor | None) -> Tensor:
-    """The mean of ``x [B]``; for a prioritized sample ``sum(w * x) / sum(w)`` (TorchRL's weighted reduction
-    of importance-sampling weights ``w [B]``)."""
-    return x.mean() if weights is None else (x * weights).sum() / weights.sum()
+    """The mean of the per-sample losses ``x [B]``; for a prioritized sample ``mean(w * x)`` with its
+    importance-sampling weights ``w`` (any shape of ``B`` elements).
+
+    The one prioritized-replay reduction of every algorithm, the papers' choice: Schaul et al. (2016),
+    Algorithm 1, normalize ``w_j = (N P(j))^-beta`` by ``max_i w_i`` and sum ``w_j delta_j grad Q`` over the
+    minibatch (a mean, with the batch size folded into the step size); Dopamine's Rainbow minimizes
+    ``mean(w * L)`` with ``w`` divided by its batch maximum. The weights arrive max-normalized:
+    ``data/per.py`` returns ``(p_i / min p) ** -beta``. With ``w <= 1`` they only scale updates down, and a
+    batch of small weights (high-priority samples) takes a smaller step, which is the correction; TorchRL's
+    losses divide by ``sum(w)`` instead (self-normalized), which undoes that scale for the batch as a whole.
+    """
+    return x.mean() if weights is None else (x * weights.reshape(x.shape).to(x.dtype)).mean()
 
 
 class LinearSchedule(nn.Module):

@@ -16,7 +16,8 @@ checkpoint's hyperparameters rebuild the module (``load_from_checkpoint``) as be
 The groups here are the actor-critic families': :class:`ActorCriticHParams` (what SAC, discrete SAC, SAC
 with options, TD3, DDPG and AC-IQN have in common), :class:`SoftActorCriticHParams` (the SAC family's
 temperature and critics) and :class:`DeterministicActorCriticHParams` (TD3's and DDPG's exploration).
-TD-MPC2's planner and loss settings are groups of their own (``tdmpc2/planner.py``, ``tdmpc2/losses.py``).
+TD-MPC2's planner and loss settings are groups of their own (``tdmpc2/planner.py``, ``tdmpc2/losses.py``), and
+so are the value-based family's (``value_based.py``).
 """
 
 from __future__ import annotations

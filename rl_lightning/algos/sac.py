@@ -15,8 +15,8 @@ on a CPU cost 40% more than the whole update of ``[256, 256]`` networks
   entropy ``-|A|`` by default;
 * a tanh-squashed Gaussian actor scored on the pre-tanh sample (TorchRL's ``TanhNormal``,
   :func:`~rl_lightning.nn.actor_critic.tanh_normal_rsample`); prioritized samples weight every loss by
-  ``priority_weight`` normalized by the weights' sum, and their new priorities are the larger critic's
-  ``|TD error|``.
+  ``priority_weight``, reduced as ``mean(w * L)`` (:func:`~rl_lightning.algos.common.weighted_mean`;
+  ``SACLoss`` divides by the weights' sum), and their new priorities are the larger critic's ``|TD error|``.
 
 The random draws come in ``SACLoss``'s order (the next actions, then the current ones), so from the same
 weights and seed both give the same losses (``tests/algos/test_sac.py``).

@@ -16,6 +16,7 @@ from rl_lightning.algos.common import (
     clip_grad_norm,
     episode_start,
     polyak_update,
+    weighted_mean,
     without_grad,
 )
 from rl_lightning.nn.actor_critic import mlp_head, safe_tanh
@@ -266,3 +267,12 @@ def test_safe_tanh_gives_torchrl_safetanh_bits_in_values_and_gradients() -> None
     assert (g_ours[1:7].abs() > 0).all() and (y_ours.abs() < 1).all()
     with torch.no_grad():
         assert torch.equal(safe_tanh(base), safetanh_noeps(base))
+
+
+def test_weighted_mean_is_the_mean_of_the_weighted_values() -> None:
+    """The one prioritized-replay reduction: ``mean(w * x)`` (not TorchRL's ``sum(w * x) / sum(w)``), the
+    weights of any shape of ``B`` elements; without weights the plain mean."""
+    x = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    w = torch.tensor([[1.0], [0.5], [0.25], [0.5]])
+    assert weighted_mean(x, None) == 3.0
+    assert weighted_mean(x, w) == (1.0 + 1.0 + 0.75 + 3.0) / 4

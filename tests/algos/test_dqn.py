@@ -25,17 +25,17 @@ def batch(seed: int = 1, terminated: float = 0.3) -> TensorDict:
 
 
 def online(m: DQN) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in m.q_net.parameters()]
+    return [p.detach().clone() for p in m.online.parameters()]
 
 
 def target(m: DQN) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in m.target_q_net.parameters()]
+    return [p.detach().clone() for p in m.target.parameters()]
 
 
 def perturb_target(m: DQN) -> None:
     """Makes the target network differ from the online one (they start equal)."""
     with torch.no_grad():
-        for p in m.target_q_net.parameters():
+        for p in m.target.parameters():
             p.add_(torch.randn_like(p))
 
 
@@ -44,8 +44,8 @@ def test_update_is_finite_and_moves_every_online_parameter():
     before = online(m)
     metrics = m.update(batch())
     assert torch.isfinite(metrics["loss"]) and metrics["loss"] > 0
-    grads = [p.grad for p in m.q_net.parameters()]
-    assert all(p.grad is None for p in m.target_q_net.parameters())
+    grads = [p.grad for p in m.online.parameters()]
+    assert all(p.grad is None for p in m.target.parameters())
     assert all(g is not None and g.abs().sum() > 0 for g in grads)
     assert all(not torch.equal(a, b) for a, b in zip(before, online(m)))
 
@@ -76,7 +76,7 @@ def _expected_loss(m: DQN, td: TensorDict, double: bool, gamma: float) -> torch.
     with torch.no_grad():
         q = m.q_values(td["observation"]).gather(-1, td["action"].unsqueeze(-1))
         q_next_online = m.q_values(td["next", "observation"])
-        q_next_target = m.target_q_net(td["next", "observation"])
+        q_next_target = m.target(td["next", "observation"])
         if double:
             nxt = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True))
         else:
@@ -90,7 +90,7 @@ def test_loss_matches_hand_computed_target(double: bool):
     m = make(double_dqn=double, gamma=0.9)
     perturb_target(m)  # make target and online differ so the two rules disagree
     td = batch()
-    loss, _ = m.td_loss(td.clone())
+    loss, _, _ = m.td_loss(td.clone())
     assert torch.allclose(loss, _expected_loss(m, td, double, 0.9), rtol=1e-5)
 
 
@@ -125,7 +125,7 @@ def test_epsilon_schedule_and_greedy_eval():
 def test_dueling_head_outputs_value_plus_centred_advantage():
     m = make(dueling=True)
     obs = torch.randn(5, OBS)
-    head = m.q_net
+    head = m.online
     h = head.trunk(obs)
     adv = head.advantage(h)
     assert torch.allclose(m.q_values(obs), head.value(h) + adv - adv.mean(-1, keepdim=True))
@@ -142,14 +142,14 @@ def test_prioritized_update_returns_abs_td_errors_of_the_sampled_rows():
     gamma = 0.9
     m = make(gamma=gamma, target_update="hard", hard_update_every=1000)
     with torch.no_grad():
-        for p in m.target_q_net.parameters():
+        for p in m.target.parameters():
             p.add_(0.1 * torch.randn_like(p))
     td = batch()
     td["index"] = torch.arange(100, 100 + B)
     td["priority_weight"] = torch.ones(B)
     with torch.no_grad():
         q = m.q_values(td["observation"]).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
-        nxt = m.target_q_net(td["next", "observation"]).max(-1).values
+        nxt = m.target(td["next", "observation"]).max(-1).values
         y = td["next", "reward"].squeeze(-1) + gamma * (~td["next", "terminated"].squeeze(-1)).float() * nxt
     out = m.update(td)
     assert torch.equal(out["priority", "index"], td["index"])
@@ -164,7 +164,9 @@ def test_prioritized_update_returns_abs_td_errors_of_the_sampled_rows():
      (False, "smooth_l1", True, True)],
 )  # fmt: skip
 def test_td_loss_equals_torchrls_dqn_loss(double: bool, loss: str, n_step: bool, prioritized: bool):
-    """The tensor loss is TorchRL's DQNLoss (TD(0) estimator) without its TensorDict machinery."""
+    """The tensor loss is TorchRL's DQNLoss (TD(0) estimator) without its TensorDict machinery; a prioritized
+    sample is reduced as every algorithm here reduces it, ``mean(w * L)`` (TorchRL's ``reduction="none"``
+    returns ``w * L``; its ``"mean"`` divides by ``sum(w)`` instead)."""
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, ValueEstimators
 
@@ -178,62 +180,80 @@ def test_td_loss_equals_torchrls_dqn_loss(double: bool, loss: str, n_step: bool,
     if prioritized:
         td["priority_weight"] = torch.rand(B, generator=g) + 0.1
     spec = Categorical(ACTIONS, dtype=torch.int64)
-    actor = QValueActor(m.q_net, in_keys=["observation"], spec=spec, action_space="categorical")
-    reference = DQNLoss(actor, loss_function=loss, delay_value=True, double_dqn=double, action_space=spec)
+    actor = QValueActor(m.online, in_keys=["observation"], spec=spec, action_space="categorical")
+    reference = DQNLoss(
+        actor, loss_function=loss, delay_value=True, double_dqn=double, action_space=spec, reduction="none"
+    )
     reference.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
     with torch.no_grad():
-        for dst, src in zip(
-            reference.target_value_network_params.values(True, True), m.target_q_net.parameters()
-        ):
+        for dst, src in zip(reference.target_value_network_params.values(True, True), m.target.parameters()):
             dst.copy_(src)
     expected_td = td.clone()
-    expected = reference(expected_td)["loss"]
-    got, td_error = m.td_loss(td.clone())
+    expected = reference(expected_td)["loss"].mean()
+    got, td_error, _ = m.td_loss(td.clone())
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    if prioritized:  # not TorchRL's self-normalized reduction
+        unweighted = reference(td.exclude("priority_weight"))["loss"].detach()
+        w = td["priority_weight"]
+        assert not torch.allclose(got, (w * unweighted).sum() / w.sum(), rtol=1e-3)
     # TorchRL writes the squared TD error; the priorities are its square root.
     torch.testing.assert_close(td_error, expected_td["td_error"].reshape(-1).sqrt(), rtol=1e-5, atol=1e-5)
     # The gradients agree too (the loss is a function of the online network only).
     got.backward()
-    ours = [p.grad.clone() for p in m.q_net.parameters()]
+    ours = [p.grad.clone() for p in m.online.parameters()]
     m.zero_grad()
-    reference(td.clone())["loss"].backward()
-    for a, b in zip(ours, [p.grad for p in m.q_net.parameters()]):
+    reference(td.clone())["loss"].mean().backward()
+    for a, b in zip(ours, [p.grad for p in m.online.parameters()]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_checkpoints_of_the_torchrl_loss_layout_load():
-    """State dicts of the versions built on DQNLoss (``loss_module.*`` names) load into today's module."""
-    m = make()
+@pytest.mark.parametrize("layout", ["torchrl_loss", "q_net"])
+def test_checkpoints_of_older_layouts_load(layout: str):
+    """State dicts of the versions built on DQNLoss (``loss_module.*`` names) and of those that named the
+    networks ``q_net``, ``target_q_net`` and ``eval_q_net`` load into today's module."""
+    m = make(eval_polyak=0.5)
     perturb_target(m)
+    m.update(batch())
     state = m.state_dict()
-    old = {k: v for k, v in state.items() if not k.startswith(("q_net.", "target_q_net."))}
+    nets = ("online.", "target.", "averaged.")
+    old = {k: v for k, v in state.items() if not k.startswith(nets)}
     for k, v in state.items():
-        if k.startswith("q_net."):
-            old["loss_module.value_network_params.module.0.module." + k[len("q_net.") :]] = v
-            old["qnet.module.0.module." + k[len("q_net.") :]] = v
-        elif k.startswith("target_q_net."):
-            old["loss_module.target_value_network_params.module.0.module." + k[len("target_q_net.") :]] = v
-    old["loss_module._value_estimator.gamma"] = torch.tensor(0.99)
+        net, _, rest = k.partition(".")
+        if layout == "q_net" and k.startswith(nets):
+            old[{"online": "q_net.", "target": "target_q_net.", "averaged": "eval_q_net."}[net] + rest] = v
+        elif net == "online":
+            old["loss_module.value_network_params.module.0.module." + rest] = v
+            old["qnet.module.0.module." + rest] = v
+        elif net == "target":
+            old["loss_module.target_value_network_params.module.0.module." + rest] = v
+    if layout == "torchrl_loss":
+        old["loss_module._value_estimator.gamma"] = torch.tensor(0.99)
     ckpt = {"state_dict": old}
-    fresh = make()
+    fresh = make(eval_polyak=0.5)
     fresh.on_load_checkpoint(ckpt)
     fresh.load_state_dict(ckpt["state_dict"])
     for k, v in state.items():
-        assert torch.equal(fresh.state_dict()[k], v), k
+        # The TorchRL layout had no averaged network: it starts at the online one.
+        expected = (
+            state["online." + k[len("averaged.") :]]
+            if layout == "torchrl_loss" and k.startswith("averaged.")
+            else v
+        )
+        assert torch.equal(fresh.state_dict()[k], expected), k
 
 
 def test_the_deterministic_policy_acts_with_a_polyak_average_of_the_online_network():
     tau = 0.25
     m = make(eval_polyak=tau)
-    averaged = [p.detach().clone() for p in m.eval_q_net.parameters()]
+    averaged = [p.detach().clone() for p in m.averaged.parameters()]
     for seed in range(3):
         m.update(batch(seed))
         averaged = [a + tau * (w - a) for a, w in zip(averaged, online(m))]
-    assert all(torch.allclose(a, p, atol=1e-6) for a, p in zip(averaged, m.eval_q_net.parameters()))
-    assert all(p.grad is None for p in m.eval_q_net.parameters())
+    assert all(torch.allclose(a, p, atol=1e-6) for a, p in zip(averaged, m.averaged.parameters()))
+    assert all(p.grad is None for p in m.averaged.parameters())
     obs = torch.randn(64, OBS)
-    greedy_average = m.eval_q_net(obs).argmax(-1)
-    assert not torch.equal(greedy_average, m.q_net(obs).argmax(-1))  # a policy of its own
+    greedy_average = m.averaged(obs).argmax(-1)
+    assert not torch.equal(greedy_average, m.online(obs).argmax(-1))  # a policy of its own
 
     def act_eval(module: DQN) -> torch.Tensor:
         return module.act_eval(TensorDict(observation=obs, batch_size=[64]))["action"]
@@ -248,7 +268,7 @@ def test_the_deterministic_policy_acts_with_a_polyak_average_of_the_online_netwo
     )
     # Off by default: evaluation acts with the online network and nothing is averaged.
     plain = make()
-    assert plain.eval_q_net is None and "eval_q_net.0.weight" not in plain.state_dict()
+    assert plain.averaged is None and not any(k.startswith("averaged.") for k in plain.state_dict())
     with pytest.raises(ValueError, match="eval_polyak"):
         make(eval_polyak=0.0)
 
@@ -260,7 +280,7 @@ def test_a_checkpoint_without_the_average_starts_it_at_the_online_network():
     averaged = make(eval_polyak=0.01)
     averaged.on_load_checkpoint(checkpoint)
     averaged.load_state_dict(checkpoint["state_dict"])
-    for a, w in zip(averaged.eval_q_net.parameters(), plain.q_net.parameters()):
+    for a, w in zip(averaged.averaged.parameters(), plain.online.parameters()):
         assert torch.equal(a, w)
 
 
@@ -270,7 +290,7 @@ def test_rmsprop_steps_as_the_dqn_papers_centered_rmsprop():
     fixed = {"lr": 0.01, "grad_clip": None, "target_update": "hard", "hard_update_every": 100}  # targets held
     m = make(optimizer="rmsprop", **fixed)
     reference = make(optimizer="rmsprop", **fixed)
-    by_hand = torch.optim.RMSprop(reference.q_net.parameters(), lr=0.01, alpha=0.95, eps=0.01, centered=True)
+    by_hand = torch.optim.RMSprop(reference.online.parameters(), lr=0.01, alpha=0.95, eps=0.01, centered=True)
     for seed in (1, 2):
         m.update(batch(seed))
         by_hand.zero_grad()

@@ -81,9 +81,9 @@ def test_noise_changes_between_updates_and_is_off_in_act_eval(name: str) -> None
     eval_a = m.act_eval(td.clone())["action"]
     reset_noise(m.online)
     assert torch.equal(eval_a, m.act_eval(td.clone())["action"])
-    torch.testing.assert_close(eval_a, m.q_values(obs, noisy=False, explore=False).argmax(-1))
+    torch.testing.assert_close(eval_a, m.q_values(obs, explore=False).argmax(-1))
     if name != "iqn":  # IQN's exploring estimate also samples fractions; the noise check is the same
-        torch.testing.assert_close(m.act(td.clone())["action"], m.q_values(obs, noisy=True).argmax(-1))
+        torch.testing.assert_close(m.act(td.clone())["action"], m.q_values(obs, explore=True).argmax(-1))
     # Exploration by noise alone (epsilon 0): the exploring actions differ from the greedy ones somewhere.
     assert (m.act(td.clone())["action"] != eval_a).any()
     assert eval_before.shape == eval_a.shape

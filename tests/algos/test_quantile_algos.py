@@ -1,5 +1,6 @@
-"""C51 (and Rainbow), QR-DQN, IQN and AC-IQN: update invariants, hand-computed losses, targets, risk-sensitive
-acting, and the per-sample losses as prioritized-replay feedback."""
+"""C51 (and Rainbow), QR-DQN, IQN and AC-IQN: update invariants, hand-computed losses, targets and
+risk-sensitive acting (the prioritized-replay reduction and feedback of the discrete members:
+``test_value_based.py``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from rl_lightning.algos.quantile.math import RISKS, distort, midpoint_fractions,
 from rl_lightning.algos.quantile.module import td_discount
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import build_run
-from rl_lightning.nn.noisy import reset_noise
 from rl_lightning.training.feedback import UpdateFeedback
 
 OBS, ACTIONS, B = OBS_DIM, N_ACTIONS, 16
@@ -89,33 +89,12 @@ def test_soft_target_moves_by_the_polyak_rule_and_hard_target_is_copied_every_k(
 
 
 @pytest.mark.parametrize("name", DISCRETE)
-def test_prioritized_update_weights_the_loss_and_returns_per_sample_losses(name: str) -> None:
-    m = make(name)
-    ref = copy.deepcopy(m)
-    td = batch()
-    td["index"] = torch.arange(100, 100 + B)
-    td["priority_weight"] = torch.linspace(0.2, 1.0, B)
-    torch.manual_seed(7)
-    out = m.update(td.clone())
-    torch.manual_seed(7)
-    if ref.noisy:  # the update draws fresh noise first
-        reset_noise(ref.online)
-        reset_noise(ref.target)
-    with torch.no_grad():
-        per_sample, _ = ref.per_sample_loss(td.clone())
-    assert torch.equal(out["priority", "index"], td["index"])
-    torch.testing.assert_close(out["priority", "value"], per_sample)
-    torch.testing.assert_close(out["loss"], (td["priority_weight"] * per_sample).mean())
-    assert "priority" not in m.update(batch(2)).keys()  # a uniform sample carries none
-
-
-@pytest.mark.parametrize("name", DISCRETE)
 def test_greedy_eval_and_epsilon_exploration(name: str) -> None:
     m = make(name, **({} if name == "rainbow" else {"eps_start": 1.0, "eps_end": 1.0}))
     obs = torch.randn(64, OBS)
     greedy = m.act_eval(TensorDict({"observation": obs}, [64]))["action"]
     assert torch.equal(greedy, m.act_eval(TensorDict({"observation": obs}, [64]))["action"])  # deterministic
-    torch.testing.assert_close(greedy, m.q_values(obs, noisy=False, explore=False).argmax(-1))
+    torch.testing.assert_close(greedy, m.q_values(obs, explore=False).argmax(-1))
     if name != "rainbow":
         explored = m.act(TensorDict({"observation": obs}, [64]))["action"]
         assert (explored != greedy).any() and explored.min() >= 0 and explored.max() < ACTIONS
@@ -148,7 +127,7 @@ def test_qrdqn_loss_matches_a_hand_computed_quantile_regression(double: bool) ->
     m = make("qrdqn", double_dqn=double, gamma=gamma, kappa=kappa)
     perturb(m.target)  # online and target disagree, so the two action rules differ
     td = batch()
-    loss, _ = m.per_sample_loss(td)
+    loss, _, _ = m.per_sample_loss(td)
     n = m.hparams.n_quantiles
     tau = [(2 * i + 1) / (2 * n) for i in range(n)]
     with torch.no_grad():
@@ -193,7 +172,7 @@ def test_c51_loss_equals_torchrls_distributional_dqn_loss() -> None:
     m = make("c51", double_dqn=True, gamma=0.9)
     td = batch()
     td["next", "reward"] = 3 * td["next", "reward"]  # some returns beyond the support: clipping matters
-    ours, _ = m.per_sample_loss(td.clone())
+    ours, _, _ = m.per_sample_loss(td.clone())
     torch.testing.assert_close(ours, _torchrl_c51_loss(m, td), rtol=1e-5, atol=1e-5)
 
 
@@ -204,7 +183,7 @@ def test_iqn_loss_matches_a_hand_computed_target_with_the_same_fractions() -> No
     td = batch()
     hp = m.hparams
     torch.manual_seed(3)
-    loss, _ = m.per_sample_loss(td)
+    loss, _, _ = m.per_sample_loss(td)
     torch.manual_seed(3)  # the draws of per_sample_loss, in order: N, K (the target's action), N'
     tau = torch.rand(B, hp.n_quantiles)
     tau_act = torch.rand(B, hp.n_policy_quantiles)
@@ -251,7 +230,7 @@ def test_iqn_acts_on_the_distorted_mean_in_act_and_act_eval(risk: str, eta: floa
     assert torch.equal(m.act(obs.clone())["action"], expected)
     # act_eval's estimate is the mean over the distorted midpoint grid: deterministic and hand-checkable.
     grid = distort(midpoint_fractions(256), risk, eta)
-    q = m.q_values(obs["observation"], noisy=False, explore=False)
+    q = m.q_values(obs["observation"], explore=False)
     torch.testing.assert_close(q[:, 1], torch.full((32,), float(10 * (grid - 0.3).mean())))
 
 

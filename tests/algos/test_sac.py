@@ -225,7 +225,7 @@ def test_prioritized_update_returns_the_larger_critic_td_error():
     assert "priority" not in m.update(batch(2)).keys()  # a uniform sample carries no priorities
 
 
-def torchrl_sac_loss(m: SAC) -> SACLoss:
+def torchrl_sac_loss(m: SAC, reduction: str = "mean") -> SACLoss:
     """TorchRL's ``SACLoss`` (the form SAC had before its tensor losses) holding ``m``'s weights."""
     unit_box = Bounded(-1.0, 1.0, shape=(ACT,))
     actor = ProbabilisticActor(
@@ -236,7 +236,9 @@ def torchrl_sac_loss(m: SAC) -> SACLoss:
         distribution_class=TanhNormal,
     )
     critic = ValueOperator(QNet(OBS, ACT, (32, 32)), in_keys=["observation", "action"])
-    ref = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", action_spec=unit_box)
+    ref = SACLoss(
+        actor, critic, num_qvalue_nets=2, loss_function="l2", action_spec=unit_box, reduction=reduction
+    )
     ref.make_value_estimator(ValueEstimators.TD0, gamma=m.hparams.gamma)
     with torch.no_grad():
         ref.log_alpha.copy_(m.log_alpha)
@@ -253,7 +255,7 @@ def test_tensor_losses_equal_torchrls_sac_loss_on_prioritized_n_step_samples():
     with torch.no_grad():  # targets apart from the critics, so a mix-up of the two would show
         for p in m.target_critic.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    ref = torchrl_sac_loss(m)
+    ref = torchrl_sac_loss(m, reduction="none")  # w * L per row: the losses reduce it as mean(w * L)
     td = batch()
     td["priority_weight"] = torch.rand(B)
     td["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
@@ -261,9 +263,15 @@ def test_tensor_losses_equal_torchrls_sac_loss_on_prioritized_n_step_samples():
     _, losses, td_error = m._losses(td)
     x = td.copy()
     x.set("action", m.actions.from_env(td["action"]))
+    fresh = x.clone()
     torch.manual_seed(3)
     expected = ref(x)
-    for key in ("loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"):
+    for key in ("loss_qvalue", "loss_actor", "loss_alpha"):
+        torch.testing.assert_close(losses[key], expected[key].detach().mean(), rtol=1e-6, atol=1e-6)
+    mean_reduced = torchrl_sac_loss(m)  # alpha and entropy, which the "none" reduction leaves out
+    torch.manual_seed(3)
+    expected = mean_reduced(fresh)
+    for key in ("alpha", "entropy"):
         torch.testing.assert_close(losses[key], expected[key].detach(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(td_error, x["td_error"], rtol=1e-6, atol=1e-6)
 

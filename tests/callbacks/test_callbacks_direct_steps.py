@@ -85,7 +85,7 @@ def test_direct_steps_give_the_wrappers_parameters_and_step_count() -> None:
     assert int(plain.num_updates) == UPDATES
     for key, value in wrapped.state_dict().items():
         torch.testing.assert_close(plain.state_dict()[key], value, atol=0, rtol=0, msg=key)
-    assert not torch.equal(plain.q_net[0].weight, _module().q_net[0].weight)  # it did train
+    assert not torch.equal(plain.online[0].weight, _module().online[0].weight)  # it did train
 
 
 class _ModuleHook(DQN):

@@ -148,7 +148,7 @@ class _FlipGreedyAction:
 
 
 def _last_linear(module) -> torch.nn.Linear:
-    return [m for m in module.q_net.modules() if isinstance(m, torch.nn.Linear)][-1]
+    return [m for m in module.online.modules() if isinstance(m, torch.nn.Linear)][-1]
 
 
 @pytest.mark.slow

@@ -225,4 +225,4 @@ def test_the_atari_policy_acts_on_stacked_uint8_frames():
     td = cfg_env.reset()
     actions = module.act_eval(TensorDict({"observation": td["observation"]}, [2]))["action"]
     assert actions.shape == (2,) and actions.dtype == torch.int64
-    assert isinstance(module.q_net.encoder, ImageEncoder)
+    assert isinstance(module.online.encoder, ImageEncoder)

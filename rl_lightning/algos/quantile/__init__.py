@@ -1,8 +1,9 @@
 """The distributional family: C51 (and Rainbow), QR-DQN, IQN with risk-sensitive acting, AC-IQN.
 
 - ``math``: the quantile Huber loss, the categorical projection and the distortion risk measures.
-- ``module``: what the discrete members share (acting, the update, targets, noisy layers).
-- ``c51``, ``qrdqn``, ``iqn``: the discrete members; ``aciqn``: the continuous-action actor-critic.
+- ``module``: the discount of an n-step sample, which every member uses.
+- ``c51``, ``qrdqn``, ``iqn``: the discrete members, on the value-based base
+  (:mod:`rl_lightning.algos.value_based`, with DQN); ``aciqn``: the continuous-action actor-critic.
 """
 
 from rl_lightning.algos.quantile.aciqn import ACIQN

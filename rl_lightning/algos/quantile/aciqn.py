@@ -36,6 +36,7 @@ from rl_lightning.algos.common import (
     ActionScaler,
     clip_grad_norm,
     polyak_update,
+    weighted_mean,
 )
 from rl_lightning.algos.deterministic import DeterministicActorMixin
 from rl_lightning.algos.hparams import ActorCriticHParams, save_hparams, shares, split_shared
@@ -227,8 +228,7 @@ class ACIQN(DeterministicActorMixin, RLModule):
         pred = self.quantiles(obs, action, tau)  # [E, B, N]
         per_critic = quantile_huber_loss(pred, target.expand(pred.shape[0], -1, -1), tau, hp.kappa)  # [E, B]
         per_sample = per_critic.sum(0)
-        weight = batch.get("priority_weight", None)
-        loss = (per_sample * weight.reshape(-1)).mean() if weight is not None else per_sample.mean()
+        loss = weighted_mean(per_sample, batch.get("priority_weight", None))
         return loss, per_sample / pred.shape[0], pred.mean()
 
     def actor_step(self, batch: TensorDictBase) -> Tensor:

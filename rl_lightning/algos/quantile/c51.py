@@ -13,15 +13,17 @@ shapes on the device; ``tests/algos/test_quantile_algos.py`` checks that both gi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
+from rl_lightning.algos.hparams import shares
 from rl_lightning.algos.quantile.math import categorical_projection
-from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.algos.quantile.module import td_discount
+from rl_lightning.algos.value_based import ValueBased, ValueBasedHParams
 from rl_lightning.nn.quantile import DistributionalQNet
 
 __all__ = ["C51"]
@@ -41,7 +43,8 @@ class _ExpectedReturn(nn.Module):
         return torch.log_softmax(self.net(observation, False).float(), dim=-1).exp() @ self.support
 
 
-class C51(DiscreteDistributional):
+@shares(ValueBasedHParams)
+class C51(ValueBased):
     """Categorical DQN: a distribution over ``n_atoms`` fixed returns per action, cross-entropy to the
     projected Bellman target.
 
@@ -53,25 +56,13 @@ class C51(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: layer widths (trunk, then the head's hidden layer) after the encoder.
-        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_atoms: atoms of the support (51 in the paper).
         v_min: the smallest return of the support.
         v_max: the largest return of the support.
-        lr: Adam learning rate.
-        gamma: discount.
-        double_dqn: choose the next action with the online network.
-        dueling: dueling head (per atom, on the logits).
         noisy: noisy layers in the head (exploration by parameter noise; set ``eps_*`` to 0 with it).
         noisy_std: :math:`\\sigma_0` of the noisy layers.
-        target_update: ``soft`` or ``hard``.
-        tau: Polyak rate of soft updates.
-        hard_update_every: updates between copies of hard updates.
-        eps_start: initial exploration rate.
-        eps_end: final exploration rate.
-        eps_decay_frames: frames over which epsilon decays linearly.
-        grad_clip: max gradient norm (``None``: no clipping).
-        adam_eps: Adam's epsilon.
+        **shared: the family's hyperparameters (:class:`~rl_lightning.algos.value_based.ValueBasedHParams`;
+            ``hidden_sizes``: the trunk, then the head's hidden layer; ``dueling``: per atom, on the logits).
     """
 
     support: Tensor
@@ -80,68 +71,50 @@ class C51(DiscreteDistributional):
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        encoder: str = "auto",
         n_atoms: int = 51,
         v_min: float = -10.0,
         v_max: float = 10.0,
-        lr: float = 1e-3,
-        gamma: float = 0.99,
-        double_dqn: bool = False,
-        dueling: bool = False,
         noisy: bool = False,
         noisy_std: float = 0.5,
-        target_update: str = "soft",
-        tau: float = 0.005,
-        hard_update_every: int = 1000,
-        eps_start: float = 1.0,
-        eps_end: float = 0.05,
-        eps_decay_frames: int = 10_000,
-        grad_clip: float | None = 10.0,
-        adam_eps: float = 1e-8,
+        **shared: Any,
     ) -> None:
-        super().__init__(
-            observation_spec, action_spec, "C51", lr, gamma, target_update, tau, hard_update_every,
-            eps_start, eps_end, eps_decay_frames, grad_clip, adam_eps,
-        )  # fmt: skip
+        super().__init__(observation_spec, action_spec, **shared)
         if n_atoms < 2 or not v_min < v_max:
             raise ValueError(f"C51 needs algo.n_atoms >= 2 and algo.v_min < algo.v_max, got {n_atoms}, "
                              f"{v_min}, {v_max}.")  # fmt: skip
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        self.noisy = noisy
         self.register_buffer("support", torch.linspace(v_min, v_max, n_atoms))
-        hidden = self.hidden(hidden_sizes)
-        self.online = self.network(
-            encoder,
-            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_atoms, dueling, noisy, noisy_std),
+        self.build(
+            lambda f: DistributionalQNet(
+                f, self.hidden_sizes, self.n_actions, n_atoms, self.config.dueling, noisy, noisy_std
+            )
         )
-        self._make_target()
 
     def log_probs(self, observation: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
         """Log-probabilities ``[B, A, K]`` of the atoms, per action."""
         net = self.target if target else self.online
         return torch.log_softmax(net(observation, noisy).float(), dim=-1)
 
-    def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
-        """:math:`Q(s, a) = \\sum_k p_k(s, a) z_k`, ``[B, A]``."""
-        return self.log_probs(observation, noisy).exp() @ self.support
+    def q_values(self, observation: Tensor, explore: bool = True) -> Tensor:
+        """:math:`Q(s, a) = \\sum_k p_k(s, a) z_k`, ``[B, A]`` (noisy layers on when exploring)."""
+        return self.log_probs(observation, explore).exp() @ self.support
 
     def eval_q(self) -> nn.Module:
         return _ExpectedReturn(self.online, self.support)
 
-    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Cross-entropy to the projected target per transition ``[B]``; the mean Q of the taken actions."""
+    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Cross-entropy to the projected target per transition ``[B]``, also the new priorities (Rainbow's
+        choice); ``q_mean``, the mean Q of the taken actions."""
         obs = batch.get("observation").float()
         next_obs = batch.get(("next", "observation")).float()
         action = batch.get("action").reshape(-1, 1, 1).long()
-        reward, discount = td_discount(batch, self.hparams.gamma)
+        reward, discount = td_discount(batch, self.config.gamma)
         log_p = self.log_probs(obs).gather(-2, action.expand(-1, 1, self.hparams.n_atoms)).squeeze(-2)
         with torch.no_grad():
             next_p = self.log_probs(next_obs, target=True).exp()  # [B, A, K]
-            chooser = self.log_probs(next_obs).exp() if self.hparams.double_dqn else next_p
+            chooser = self.log_probs(next_obs).exp() if self.config.double_dqn else next_p
             next_a = (chooser @ self.support).argmax(-1)  # [B]
             next_pa = next_p.gather(-2, next_a.reshape(-1, 1, 1).expand(-1, 1, self.hparams.n_atoms))
             m = categorical_projection(next_pa.squeeze(-2), reward, discount, self.support)
         loss = -(m * log_p).sum(-1)
-        q_taken = (log_p.detach().exp() @ self.support).mean()
-        return loss, q_taken
+        return loss, loss, {"q_mean": (log_p.detach().exp() @ self.support).mean()}

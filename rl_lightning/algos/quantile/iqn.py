@@ -6,15 +6,17 @@ TorchRL has no IQN loss (its distributional loss is C51's categorical one); the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
+from rl_lightning.algos.hparams import shares
 from rl_lightning.algos.quantile.math import check_risk, distort, midpoint_fractions, quantile_huber_loss
-from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.algos.quantile.module import td_discount
+from rl_lightning.algos.value_based import ValueBased, ValueBasedHParams
 from rl_lightning.nn.encoders import EncodedNet
 from rl_lightning.nn.quantile import ImplicitQuantileNet
 
@@ -37,7 +39,8 @@ class _FixedFractionMean(nn.Module):
         return self.net(observation, tau, False).float().mean(-2)
 
 
-class IQN(DiscreteDistributional):
+@shares(ValueBasedHParams)
+class IQN(ValueBased):
     """The quantile function :math:`Z_\\tau(s, a)` for any fraction :math:`\\tau`, learnt from samples.
 
     Per update: ``N`` fractions :math:`\\tau_i \\sim U[0, 1]` for the prediction, ``N'`` fractions
@@ -54,10 +57,6 @@ class IQN(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: the state trunk :math:`\\psi` (its last width is the embedding width), then the head's
-            hidden layer: at least two widths on vector observations; with an image encoder, which is then
-            :math:`\\psi` (its features the embedding width), one.
-        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_cos: cosine basis functions of the fraction embedding (64 in the paper).
         n_quantiles: ``N``, fractions per prediction (64 in the paper).
         n_target_quantiles: ``N'``, fractions per target (64 in the paper).
@@ -65,20 +64,13 @@ class IQN(DiscreteDistributional):
         kappa: Huber threshold of the quantile loss (1 in the paper).
         risk: the distortion of acting: ``neutral``, ``cvar``, ``wang``, ``cpw`` or ``pow``.
         risk_param: its :math:`\\eta` (CVaR's tail fraction, Wang's shift, CPW's and Pow's exponent).
-        lr: Adam learning rate.
-        gamma: discount.
-        double_dqn: choose the next action with the online network.
-        dueling: dueling head.
         noisy: noisy layers in the head.
         noisy_std: :math:`\\sigma_0` of the noisy layers.
-        target_update: ``soft`` or ``hard``.
-        tau: Polyak rate of soft updates.
-        hard_update_every: updates between copies of hard updates.
-        eps_start: initial exploration rate.
-        eps_end: final exploration rate.
-        eps_decay_frames: frames over which epsilon decays linearly.
-        grad_clip: max gradient norm (``None``: no clipping).
-        adam_eps: Adam's epsilon (``0.01 / 32`` in the paper).
+        **shared: the family's hyperparameters (:class:`~rl_lightning.algos.value_based.ValueBasedHParams`).
+            ``hidden_sizes``: the state trunk :math:`\\psi` (its last width is the embedding width), then the
+            head's hidden layer: at least two widths on vector observations; with an image encoder, which is
+            then :math:`\\psi` (its features the embedding width), one. The paper's ``adam_eps`` is
+            ``0.01 / 32``.
     """
 
     policy_fractions: Tensor
@@ -87,8 +79,6 @@ class IQN(DiscreteDistributional):
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        encoder: str = "auto",
         n_cos: int = 64,
         n_quantiles: int = 64,
         n_target_quantiles: int = 64,
@@ -96,44 +86,29 @@ class IQN(DiscreteDistributional):
         kappa: float = 1.0,
         risk: str = "neutral",
         risk_param: float = 0.0,
-        lr: float = 1e-3,
-        gamma: float = 0.99,
-        double_dqn: bool = False,
-        dueling: bool = False,
         noisy: bool = False,
         noisy_std: float = 0.5,
-        target_update: str = "soft",
-        tau: float = 0.005,
-        hard_update_every: int = 1000,
-        eps_start: float = 1.0,
-        eps_end: float = 0.05,
-        eps_decay_frames: int = 10_000,
-        grad_clip: float | None = 10.0,
-        adam_eps: float = 1e-8,
+        **shared: Any,
     ) -> None:
-        super().__init__(
-            observation_spec, action_spec, "IQN", lr, gamma, target_update, tau, hard_update_every,
-            eps_start, eps_end, eps_decay_frames, grad_clip, adam_eps,
-        )  # fmt: skip
+        super().__init__(observation_spec, action_spec, **shared)
         if min(n_quantiles, n_target_quantiles, n_policy_quantiles) < 1 or kappa <= 0:
             raise ValueError(
                 "IQN needs algo.n_quantiles, n_target_quantiles, n_policy_quantiles >= 1 and kappa > 0."
             )
         check_risk(risk, risk_param)
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        self.noisy = noisy
         self.register_buffer("policy_fractions", midpoint_fractions(n_policy_quantiles))
-        hidden = self.hidden(hidden_sizes)
-        self.online = self.network(
-            encoder,
-            lambda f: ImplicitQuantileNet(f, hidden, self.n_actions, n_cos, dueling, noisy, noisy_std),
+        hidden = self.hidden_sizes
+        self.build(
+            lambda f: ImplicitQuantileNet(
+                f, hidden, self.n_actions, n_cos, self.config.dueling, noisy, noisy_std
+            )
         )
         if len(hidden) < 2 and not isinstance(self.online, EncodedNet):
             raise ValueError(
                 f"algo.hidden_sizes={hidden}: IQN on vector observations needs at least two widths (the "
                 "state trunk, then the head); with an image encoder one (the head) is enough."
             )
-        self._make_target()
 
     def distort(self, tau: Tensor) -> Tensor:
         """The acting distortion :math:`\\beta(\\tau)` of ``risk`` and ``risk_param``."""
@@ -157,29 +132,33 @@ class IQN(DiscreteDistributional):
         tau = self.policy_tau(observation.shape[0], observation.device, explore)
         return self.quantiles(observation, tau, noisy, target).mean(-2)
 
-    def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
-        return self.distorted_q(observation, noisy, explore)
+    def q_values(self, observation: Tensor, explore: bool = True) -> Tensor:
+        """The distorted mean of :meth:`distorted_q`: sampled fractions and noise when exploring, else the
+        fixed grid without noise."""
+        return self.distorted_q(observation, explore, explore)
 
     def eval_q(self) -> nn.Module:
         """The distorted mean over the fixed grid, as ``act_eval`` computes it (the distortion, a function of
         the grid alone, is applied here once: the exported file holds the distorted fractions)."""
         return _FixedFractionMean(self.online, self.distort(self.policy_fractions).detach().clone())
 
-    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Quantile Huber loss per transition ``[B]``, sampled fractions; mean Q of the taken actions."""
-        hp = self.hparams
+    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Quantile Huber loss per transition ``[B]`` on sampled fractions, also the new priorities;
+        ``q_mean``, the mean Q of the taken actions."""
+        hp, cfg = self.hparams, self.config
         obs = batch.get("observation").float()
         next_obs = batch.get(("next", "observation")).float()
         b = obs.shape[0]
         action = batch.get("action").reshape(-1, 1, 1).long()
-        reward, discount = td_discount(batch, hp.gamma)
+        reward, discount = td_discount(batch, cfg.gamma)
         tau = torch.rand(b, hp.n_quantiles, device=obs.device)
         pred = self.quantiles(obs, tau).gather(-1, action.expand(-1, hp.n_quantiles, 1)).squeeze(-1)  # [B, N]
         with torch.no_grad():
-            next_a = self.distorted_q(next_obs, noisy=True, explore=True, target=not hp.double_dqn).argmax(-1)
+            chooser = self.distorted_q(next_obs, noisy=True, explore=True, target=not cfg.double_dqn)
+            next_a = chooser.argmax(-1)
             tau_next = torch.rand(b, hp.n_target_quantiles, device=obs.device)
             next_z = self.quantiles(next_obs, tau_next, target=True)  # [B, N', A]
             next_z = next_z.gather(-1, next_a.reshape(-1, 1, 1).expand(-1, hp.n_target_quantiles, 1))
             target = reward + discount * next_z.squeeze(-1)
         loss = quantile_huber_loss(pred, target, tau, hp.kappa)
-        return loss, pred.detach().mean()
+        return loss, loss, {"q_mean": pred.detach().mean()}

@@ -7,15 +7,17 @@ quantile_huber_loss` on ``N`` fixed fractions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
+from rl_lightning.algos.hparams import shares
 from rl_lightning.algos.quantile.math import midpoint_fractions, quantile_huber_loss
-from rl_lightning.algos.quantile.module import DiscreteDistributional, td_discount
+from rl_lightning.algos.quantile.module import td_discount
+from rl_lightning.algos.value_based import ValueBased, ValueBasedHParams
 from rl_lightning.nn.quantile import DistributionalQNet
 
 __all__ = ["QRDQN"]
@@ -32,7 +34,8 @@ class _QuantileMean(nn.Module):
         return self.net(observation, False).float().mean(-1)
 
 
-class QRDQN(DiscreteDistributional):
+@shares(ValueBasedHParams)
+class QRDQN(ValueBased):
     """``N`` quantiles per action at the fixed fractions :math:`\\hat\\tau_i = (2i - 1)/(2N)`.
 
     :math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`. Target samples
@@ -43,24 +46,13 @@ class QRDQN(DiscreteDistributional):
     Args:
         observation_spec: env observation spec.
         action_spec: env action spec; must be discrete.
-        hidden_sizes: layer widths (trunk, then the head's hidden layer) after the encoder.
-        encoder: the observation encoder (:mod:`rl_lightning.nn.encoders`; ``auto``: a CNN for images).
         n_quantiles: ``N`` (200 in the paper).
         kappa: Huber threshold of the quantile loss (1 in the paper).
-        lr: Adam learning rate.
-        gamma: discount.
-        double_dqn: choose the next action with the online network.
-        dueling: dueling head (per quantile).
         noisy: noisy layers in the head.
         noisy_std: :math:`\\sigma_0` of the noisy layers.
-        target_update: ``soft`` or ``hard``.
-        tau: Polyak rate of soft updates.
-        hard_update_every: updates between copies of hard updates.
-        eps_start: initial exploration rate.
-        eps_end: final exploration rate.
-        eps_decay_frames: frames over which epsilon decays linearly.
-        grad_clip: max gradient norm (``None``: no clipping).
-        adam_eps: Adam's epsilon (``0.01 / 32`` in the paper).
+        **shared: the family's hyperparameters (:class:`~rl_lightning.algos.value_based.ValueBasedHParams`;
+            ``hidden_sizes``: the trunk, then the head's hidden layer; ``dueling``: per quantile; the paper's
+            ``adam_eps`` is ``0.01 / 32``).
     """
 
     fractions: Tensor
@@ -69,67 +61,50 @@ class QRDQN(DiscreteDistributional):
         self,
         observation_spec: TensorSpec,
         action_spec: TensorSpec,
-        hidden_sizes: Sequence[int] = (256, 256),
-        encoder: str = "auto",
         n_quantiles: int = 200,
         kappa: float = 1.0,
-        lr: float = 1e-3,
-        gamma: float = 0.99,
-        double_dqn: bool = False,
-        dueling: bool = False,
         noisy: bool = False,
         noisy_std: float = 0.5,
-        target_update: str = "soft",
-        tau: float = 0.005,
-        hard_update_every: int = 1000,
-        eps_start: float = 1.0,
-        eps_end: float = 0.05,
-        eps_decay_frames: int = 10_000,
-        grad_clip: float | None = 10.0,
-        adam_eps: float = 1e-8,
+        **shared: Any,
     ) -> None:
-        super().__init__(
-            observation_spec, action_spec, "QR-DQN", lr, gamma, target_update, tau, hard_update_every,
-            eps_start, eps_end, eps_decay_frames, grad_clip, adam_eps,
-        )  # fmt: skip
+        super().__init__(observation_spec, action_spec, **shared)
         if n_quantiles < 1 or kappa <= 0:
             raise ValueError(
                 f"QR-DQN needs algo.n_quantiles >= 1 and algo.kappa > 0, got {n_quantiles}, {kappa}."
             )
-        # Not logged: the run's resolved config is logged once, flattened.
-        self.save_hyperparameters(ignore=["observation_spec", "action_spec"], logger=False)
+        self.noisy = noisy
         self.register_buffer("fractions", midpoint_fractions(n_quantiles))
-        hidden = self.hidden(hidden_sizes)
-        self.online = self.network(
-            encoder,
-            lambda f: DistributionalQNet(f, hidden, self.n_actions, n_quantiles, dueling, noisy, noisy_std),
+        self.build(
+            lambda f: DistributionalQNet(
+                f, self.hidden_sizes, self.n_actions, n_quantiles, self.config.dueling, noisy, noisy_std
+            )
         )
-        self._make_target()
 
     def quantiles(self, observation: Tensor, noisy: bool = True, target: bool = False) -> Tensor:
         """Quantiles ``[B, A, N]`` at :attr:`fractions`."""
         net = self.target if target else self.online
         return net(observation, noisy).float()
 
-    def q_values(self, observation: Tensor, noisy: bool = True, explore: bool = True) -> Tensor:
-        """:math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`, ``[B, A]``."""
-        return self.quantiles(observation, noisy).mean(-1)
+    def q_values(self, observation: Tensor, explore: bool = True) -> Tensor:
+        """:math:`Q(s, a) = \\frac1N \\sum_i \\theta_i(s, a)`, ``[B, A]`` (noisy layers on when exploring)."""
+        return self.quantiles(observation, explore).mean(-1)
 
     def eval_q(self) -> nn.Module:
         return _QuantileMean(self.online)
 
-    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Quantile Huber loss per transition ``[B]``; and the mean Q of the taken actions."""
+    def per_sample_loss(self, batch: TensorDictBase) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Quantile Huber loss per transition ``[B]``, also the new priorities; ``q_mean``, the mean Q of the
+        taken actions."""
         n = self.hparams.n_quantiles
         obs = batch.get("observation").float()
         next_obs = batch.get(("next", "observation")).float()
         action = batch.get("action").reshape(-1, 1, 1).long()
-        reward, discount = td_discount(batch, self.hparams.gamma)
+        reward, discount = td_discount(batch, self.config.gamma)
         pred = self.quantiles(obs).gather(-2, action.expand(-1, 1, n)).squeeze(-2)  # [B, N]
         with torch.no_grad():
             next_q = self.quantiles(next_obs, target=True)  # [B, A, N]
-            chooser = self.quantiles(next_obs) if self.hparams.double_dqn else next_q
+            chooser = self.quantiles(next_obs) if self.config.double_dqn else next_q
             next_a = chooser.mean(-1).argmax(-1).reshape(-1, 1, 1)
             target = reward + discount * next_q.gather(-2, next_a.expand(-1, 1, n)).squeeze(-2)
         loss = quantile_huber_loss(pred, target, self.fractions, self.hparams.kappa)
-        return loss, pred.detach().mean()
+        return loss, loss, {"q_mean": pred.detach().mean()}
