@@ -23,6 +23,8 @@ TDMPC2_TINY = [
     "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
     "eval.episodes=1",  # a game per opponent: up to 251 planned steps each
 ]  # fmt: skip
+#: PPO's presets cut to rollouts that divide the smoke run's 300 frames.
+PPO_SMALL = ["env.num_envs=2", "algo.rollout_steps=50", "algo.epochs=1", "algo.minibatches=2"]
 #: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py and (the
 #: image games, +debug=quick with their frame store) tests/envs/test_image_envs.py.
 SMOKED_ELSEWHERE = {"tdmpc2_pendulum", "tdmpc2_hockey"} | {
@@ -48,6 +50,8 @@ def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(name: str, tmp_pa
         *(TDMPC2_TINY if name.startswith("tdmpc2") else ["replay.batch_size=32"]),
         # The curriculum opens with 81-step drills: one env (not 4) finishes episodes within 300 frames.
         *(["env.num_envs=1"] if name.endswith("_curriculum") else []),
+        # PPO: three rollouts of 2 envs x 50 steps, one short pass each (a preset's rollout is thousands).
+        *(PPO_SMALL if name.startswith("ppo") else []),
         # Without the preset's compile callback (tests/callbacks check it): compiling takes about 2 minutes.
         *(["callbacks=[default,hockey_curriculum]"] if name == "tdmpc2_hockey_curriculum" else []),
     ]

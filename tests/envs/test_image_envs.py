@@ -200,7 +200,8 @@ def test_image_experiment_fits_resumes_and_evaluates_through_the_cli(
         out["frames"] >= 500 and out["updates"] > 0 and "eval/return_mean" in out
     )  # whole steps of all envs
     replay = Path(out["last_ckpt"] + ".replay")
-    assert (replay / "frames.pt").is_file()  # frames stored once, beside the transitions
+    # Frames stored once, beside the transitions; an on-policy run keeps its one rollout instead.
+    assert (replay / ("rollout.pt" if name.startswith("ppo") else "frames.pt")).is_file()
     assert main(["fit", *quick, "total_frames=600", "ckpt_path=last"]) == 0
     resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert resumed["frames"] >= 600 and resumed["run_dir"] == out["run_dir"]
