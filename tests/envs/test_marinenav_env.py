@@ -227,3 +227,20 @@ def test_bad_actions_are_rejected() -> None:
         env.step(np.array([0, 0, 25, 0, 0]))
     with pytest.raises(ValueError, match="integers"):
         env.step(np.array([0, 0, 0.5, 0, 0]))
+
+
+def test_resetting_one_env_leaves_the_others_noise_streams_alone() -> None:
+    level = Level(3, 0, 2, 30.0)
+    runs = []
+    for extra_reset in (False, True):
+        sim = MarineNavBatch(2, 3, 2, 1, perception_noise=True)
+        sim.seed([11, 12])
+        sim.reset(level=level)
+        rows = []
+        for t in range(8):
+            if extra_reset and t == 3:
+                first = sim.reset_env(1, level=level)
+                assert first.shape == (3, 37) and first[:, :2].any()
+            rows.append(sim.step(np.zeros((2, 3), dtype=np.int64)).obs[0])
+        runs.append(np.array(rows))
+    np.testing.assert_array_equal(runs[0], runs[1])

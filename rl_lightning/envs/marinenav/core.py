@@ -137,7 +137,6 @@ class MarineNavBatch:
         self.core_gamma = np.zeros((E, Q))
         self.steps = np.zeros(E, dtype=np.int64)
         self.rngs: list[np.random.Generator] = [np.random.default_rng() for _ in range(E)]
-        self._last_obs = np.zeros((E, R, C.OBS_DIM), dtype=np.float32)
 
     # ------------------------------------------------------------------ reset
     def seed(self, seeds: Sequence[int | None] | int | None) -> None:
@@ -150,8 +149,14 @@ class MarineNavBatch:
                 raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
             self.rngs = [np.random.default_rng(s) for s in seeds]
 
-    def reset_env(self, i: int, scenario: Scenario | None = None, level: C.Level | None = None) -> None:
-        """Puts env ``i`` at the start of ``scenario`` (or of one drawn from its generator for ``level``)."""
+    def reset_env(self, i: int, scenario: Scenario | None = None, level: C.Level | None = None) -> np.ndarray:
+        """Puts env ``i`` at the start of ``scenario`` (or of one drawn from its generator for ``level``).
+
+        Returns env ``i``'s first observation ``(R, 37)``. Its perception also sets the goal and collision
+        flags of a robot that starts within reach, as the public env's reset does (the rewards then come
+        with the first step). Only env ``i``'s generator is drawn from, so the other envs' episodes do not
+        depend on when env ``i`` is reset.
+        """
         if scenario is None:
             if level is None:
                 raise ValueError("reset_env needs a scenario or a level to draw one from")
@@ -200,28 +205,28 @@ class MarineNavBatch:
         self.steps[i] = 0
         # At rest relative to the water: the over-ground velocity is the current at the start.
         self.vel[i, :, :2] = self._current_at(self.pos)[i]
+        observers = np.zeros_like(self.active)
+        observers[i] = self.active[i]
+        obs, collided, reached, *_ = self._perceive(observers)
+        self.collided[i] |= collided[i]
+        self.reached[i] |= reached[i]
+        return obs[i]
 
     def observe(self) -> np.ndarray:
         """``(E, R, 37)`` observations of the current state (perception noise drawn anew); no checks."""
         obs, *_ = self._perceive(self.active)
-        self._last_obs = obs
         return obs
 
     def reset(
         self, scenarios: Sequence[Scenario | None] | None = None, level: C.Level | None = None
     ) -> np.ndarray:
-        """Resets every env (from ``scenarios[i]`` or a draw for ``level``) and returns the observations.
-
-        The first observation also sets the goal flag of a robot that starts within reach, as the public
-        env's reset does (its rewards then come on the first step).
-        """
-        for i in range(self.num_envs):
-            self.reset_env(i, None if scenarios is None else scenarios[i], level)
-        obs, collided, reached, *_ = self._perceive(self.active)
-        self.collided |= collided
-        self.reached |= reached
-        self._last_obs = obs
-        return obs
+        """Resets every env (from ``scenarios[i]`` or a draw for ``level``); returns ``(E, R, 37)``."""
+        return np.stack(
+            [
+                self.reset_env(i, None if scenarios is None else scenarios[i], level)
+                for i in range(self.num_envs)
+            ]
+        )
 
     # ------------------------------------------------------------------ physics
     def _current_at(self, pos: np.ndarray) -> np.ndarray:
@@ -350,7 +355,6 @@ class MarineNavBatch:
         if self.end_on_collision:
             env_terminated |= (self.collided & self.present).any(axis=1)
         env_truncated = timeout & ~env_terminated
-        self._last_obs = obs
         return StepResult(
             obs=obs,
             reward=reward,
@@ -362,14 +366,21 @@ class MarineNavBatch:
         )
 
     # ------------------------------------------------------------------ perception
-    def _noise(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Position and velocity noise ``shape + (2,)``, radius factor ``shape``; each env's generator."""
+    def _noise(
+        self, shape: tuple[int, ...], envs: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Position and velocity noise ``shape + (2,)``, radius factor ``shape``; each env's generator.
+
+        Only the ``envs (E,)`` that observe draw (all by default); the others get no noise.
+        """
+        pos = np.zeros((*shape, 2))
+        vel = np.zeros((*shape, 2))
+        kappa = np.zeros(shape)
         if not self.perception_noise:
-            return np.zeros((*shape, 2)), np.zeros((*shape, 2)), np.ones(shape)
-        pos = np.empty((*shape, 2))
-        vel = np.empty((*shape, 2))
-        kappa = np.empty(shape)
+            return pos, vel, np.ones(shape)
         for i, rng in enumerate(self.rngs):
+            if envs is not None and not envs[i]:
+                continue
             pos[i] = rng.normal(0.0, C.POS_STD, size=(*shape[1:], 2))
             vel[i] = rng.normal(0.0, C.VEL_STD, size=(*shape[1:], 2))
             kappa[i] = rng.vonmises(0.0, C.R_KAPPA, size=shape[1:])
@@ -402,7 +413,7 @@ class MarineNavBatch:
         valid = np.concatenate([np.broadcast_to(self.obstacle_present[:, None], (E, R, K)), others], axis=2)
         valid &= observers[..., None]
 
-        pos_noise, vel_noise, r_factor = self._noise((E, R, M))
+        pos_noise, vel_noise, r_factor = self._noise((E, R, M), observers.any(axis=1))
         seen_pos = cand_pos + pos_noise
         seen_vel = cand_vel + vel_noise
         seen_r = cand_r * r_factor
