@@ -454,7 +454,11 @@ def policy_parity(args: argparse.Namespace, agent: str, tmp: str) -> dict:
         tests[f"{key}_welch"] = welch(
             [e[key] for e in public if e["success"]], [e[key] for e in ours if e["success"]]
         )
-    row = {"public": a, "ours": b, "tests": tests, "seconds": {"public": public_seconds, "ours": our_seconds}}
+    from _common import command_line
+
+    # Agents may come from separate runs (results are merged): each row says how it was made.
+    row = {"command": command_line(), "episodes_per_agent": args.episodes, "seed": args.seed}
+    row.update(public=a, ours=b, tests=tests, seconds={"public": public_seconds, "ours": our_seconds})
     print(agent, json.dumps(row), flush=True)
     return row
 
