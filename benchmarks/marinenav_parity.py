@@ -1,0 +1,549 @@
+"""Step-for-step parity of our marine-navigation env with the public one (Lin et al., RA-L 2025).
+
+The public env (``train_RL_agents/`` of RobustFieldAutonomyLab/Distributional_RL_Decision_and_Control) runs
+in its own interpreter, a benchmark-only virtual environment with numpy, scipy and gym 0.26 (never a
+dependency of this project):
+
+    python -m venv VENV && VENV/bin/pip install numpy scipy gym==0.26.2
+    python benchmarks/marinenav_parity.py --public-python VENV/bin/python --public-src SRC/train_RL_agents
+
+For each case the public env draws a scenario from its own generator (its ``reset`` with the case's level)
+and plays it with perception noise off (position and velocity std 0, radius mean ratio 1), the robots
+driven by a scripted goal-seeking controller (discrete) or a seeded random sequence (continuous), under the
+public trainer's per-robot deactivation. Our ``MarineNavBatch`` then replays the same scenario (read from
+the public episode record) and the same actions with ``perception_noise=False``. Compared at every step:
+each robot's pose, water-relative and over-ground velocity and thrusts, its 37 observation values, its
+reward, its done flag, and the episode length. Writes ``benchmarks/results/marinenav_parity.json``.
+
+With ``--policies DIR`` (the public ``pretrained_models/`` folder) it also evaluates the pretrained
+TorchScript policies in both envs on the same scenarios: the public env draws ``--episodes`` scenarios
+cycling through the rows of the public evaluation schedule, each is played in the public env and in ours
+with perception noise on and the public evaluation's rules (an episode ends at the first collision, when
+every robot stopped or after 1001 steps; success means every robot reached its goal). The policies act as
+the public deployment does: AC-IQN and DDPG take the actor's output, IQN the argmax of the mean of 32
+quantiles at uniform random fractions, DQN the argmax, SAC a sample ``(2/π)·atan(μ + σ·ε)``. The public
+interpreter borrows torch from this one's site-packages (appended after its own numpy, scipy and gym).
+Rates are compared with a chi-square test on the 2x3 table of outcomes, travel time, energy and path length
+of successful episodes with Welch's t-test.
+
+Noisy perception's random streams differ between the envs (their distributions are the same by
+construction), so the policy comparison is statistical, not step for step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+# (name, level (robots, cores, obstacles, min start-goal distance), generator seed, action kind)
+CASES = [
+    ("defaults_cores_obstacles", (6, 8, 8, 30.0), 1, "steer"),
+    ("paper_level_3_robots", (3, 0, 0, 30.0), 2, "steer"),
+    ("paper_last_level", (5, 0, 4, 40.0), 3, "steer"),
+    ("paper_last_level_b", (5, 0, 4, 40.0), 4, "steer"),
+    ("crowded_center", (6, 0, 2, 20.0), 5, "steer"),
+    ("continuous_random_cores", (5, 8, 4, 30.0), 6, "random_continuous"),
+    ("discrete_random", (5, 4, 4, 35.0), 7, "random_discrete"),
+]
+THRUST_CHANGES = (0.0, -500.0, -1000.0, 500.0, 1000.0)
+
+
+def steer(self_obs: list[float]) -> int:
+    """A goal-seeking controller on the public observation: pick the discrete thrust changes that move
+    the thrusts towards a forward thrust with a turn proportional to the goal's bearing."""
+    gx, gy, _, _, _, left, right = self_obs
+    bearing = math.atan2(gy, gx)
+    forward = 600.0 if abs(bearing) < 1.0 else 100.0
+    turn = 400.0 * max(-1.0, min(1.0, bearing))
+    targets = (forward + turn, forward - turn)
+    best = [
+        min(range(5), key=lambda j, t=t, x=x: abs(x + THRUST_CHANGES[j] * 0.5 - t))
+        for t, x in zip(targets, (left, right))
+    ]
+    return 5 * best[0] + best[1]
+
+
+def pack(observation: tuple) -> list[float]:
+    """The public ``(self, objects)`` observation as our 37-value row (zeros for a stopped robot)."""
+    own, objects = observation
+    if own is None:
+        return [0.0] * 37
+    rows = [list(o) for o in objects] + [[0.0] * 5] * (5 - len(objects))
+    return list(own) + [v for row in rows for v in row] + [1.0] * len(objects) + [0.0] * (5 - len(objects))
+
+
+def public_trace(src: str, case_file: str, out_file: str) -> None:
+    """Runs one case in the public env (this interpreter is the public env's) and writes its trace."""
+    sys.path.insert(0, src)
+    from marinenav_env.envs.marinenav_env import MarineNavEnv3
+
+    case = json.loads(Path(case_file).read_text())
+    robots, cores, obstacles, min_dis = case["level"]
+    env = MarineNavEnv3(seed=case["seed"])
+    env.num_robots, env.num_cores, env.num_obs, env.min_start_goal_dis = robots, cores, obstacles, min_dis
+    env.reset()
+    record = env.episode_data()
+    n = len(record["robots"]["start"])
+    perception = record["robots"]["perception"]
+    perception["pos_std"], perception["vel_std"], perception["r_mean_ratio"] = [0.0] * n, [0.0] * n, [1.0] * n
+    record["env"]["is_eval_env"] = False
+    observations, _, _ = env.reset_with_eval_config(record)
+    rng = np.random.default_rng(case["seed"])
+    continuous = case["actions"] == "random_continuous"
+    trace = {
+        "record": record,
+        "actions": [],
+        "states": [],
+        "obs": [],
+        "rewards": [],
+        "dones": [],
+        "colregs": 0,
+    }
+
+    def state() -> list[list[float]]:
+        return [
+            [r.x, r.y, r.theta, *r.velocity_r, *r.velocity, r.left_thrust, r.right_thrust] for r in env.robots
+        ]
+
+    trace["states"].append(state())
+    trace["obs"].append([pack(o) for o in observations])
+    length = 0
+    while True:
+        if case["actions"] == "steer":
+            actions = [None if r.deactivated else steer(o[0]) for r, o in zip(env.robots, observations)]
+        elif continuous:
+            draws = rng.uniform(-1.0, 1.0, size=(n, 2))
+            actions = [None if r.deactivated else list(draws[i]) for i, r in enumerate(env.robots)]
+        else:
+            draws = rng.integers(0, 25, size=n)
+            actions = [None if r.deactivated else int(draws[i]) for i, r in enumerate(env.robots)]
+        active = [not r.deactivated for r in env.robots]
+        observations, rewards, dones, _ = env.step(actions, continuous)
+        trace["colregs"] += sum(
+            bool(a and getattr(r, "apply_COLREGs", False)) for a, r in zip(active, env.robots)
+        )
+        trace["actions"].append([a if a is not None else (0.0, 0.0) if continuous else 0 for a in actions])
+        trace["states"].append(state())
+        trace["obs"].append([pack(o) for o in observations])
+        trace["rewards"].append([float(r) if a else 0.0 for r, a in zip(rewards, active)])
+        trace["dones"].append([bool(d) and a for d, a in zip(dones, active)])
+        for rob in env.robots:
+            if rob.collision or rob.reach_goal:
+                rob.deactivated = True
+        if length >= 1000 or env.check_all_deactivated():
+            break
+        length += 1
+    trace["outcomes"] = [[bool(r.reach_goal), bool(r.collision)] for r in env.robots]
+    Path(out_file).write_text(json.dumps(trace, default=float))
+
+
+def our_trace(trace: dict, continuous: bool) -> dict:
+    """Replays the public trace's scenario and actions in our env; returns the same fields as arrays."""
+    from rl_lightning.envs.marinenav import MarineNavBatch, Scenario
+
+    scenario = Scenario.from_public(trace["record"])
+    n = scenario.num_robots
+    sim = MarineNavBatch(
+        1, n, len(scenario.obstacles), len(scenario.cores), continuous=continuous, perception_noise=False
+    )
+    obs = [sim.reset([scenario])[0]]
+
+    def state() -> np.ndarray:
+        return np.concatenate(
+            [sim.pos[0], sim.theta[0][:, None], sim.vel_r[0], sim.vel[0], sim.thrust[0]], axis=1
+        )
+
+    states, rewards, dones = [state()], [], []
+    colregs = 0
+    for actions in trace["actions"]:
+        moving = sim.active[0].copy()
+        result = sim.step(np.asarray(actions)[None])
+        colregs += int((sim.colregs[0] & moving).sum())
+        states.append(state())
+        obs.append(result.obs[0])
+        rewards.append(result.reward[0])
+        dones.append(result.terminated[0] | result.truncated[0])
+        if result.env_terminated[0] or result.env_truncated[0]:
+            break
+    return {
+        "states": np.array(states),
+        "obs": np.array(obs),
+        "rewards": np.array(rewards),
+        "dones": np.array(dones),
+        "colregs": colregs,
+        "outcomes": np.stack([sim.reached[0], sim.collided[0]], axis=1).tolist(),
+    }
+
+
+def compare(public: dict, ours: dict) -> dict:
+    """Largest differences per field over the whole episode, and the agreement of the discrete events."""
+    steps = min(len(public["rewards"]), len(ours["rewards"]))
+    states = np.array(public["states"], dtype=np.float64)[: steps + 1]
+    theta_diff = np.abs(wrap(states[..., 2] - ours["states"][: steps + 1, :, 2]))
+    other = np.delete(np.abs(states - ours["states"][: steps + 1]), 2, axis=-1)
+    obs = np.array(public["obs"], dtype=np.float64)[: steps + 1]
+    obs_diff = np.abs(obs.astype(np.float32) - ours["obs"][: steps + 1])
+    scale = np.maximum(1.0, np.abs(obs))
+    return {
+        "steps_public": len(public["rewards"]),
+        "steps_ours": len(ours["rewards"]),
+        "max_state_abs_diff": float(other.max()),
+        "max_heading_abs_diff": float(theta_diff.max()),
+        "max_obs_rel_diff": float((obs_diff / scale).max()),
+        "max_reward_abs_diff": float(
+            np.abs(np.array(public["rewards"])[:steps] - ours["rewards"][:steps]).max()
+        ),
+        "done_flags_equal": bool((np.array(public["dones"])[:steps] == ours["dones"][:steps]).all()),
+        "outcomes_equal": public["outcomes"] == ours["outcomes"],
+        "outcomes": {
+            "goal": int(sum(g for g, _ in public["outcomes"])),
+            "collision": int(sum(c for _, c in public["outcomes"])),
+            "robots": len(public["outcomes"]),
+        },
+        "colregs_steps_public": int(public["colregs"]),
+        "colregs_steps_ours": int(ours["colregs"]),
+    }
+
+
+EVAL_LEVELS = [
+    (3, 0, 0, 30.0),
+    (4, 0, 0, 35.0),
+    (5, 0, 0, 40.0),
+    (5, 0, 2, 40.0),
+    (5, 0, 3, 40.0),
+    (5, 0, 4, 40.0),
+]
+AGENTS = {
+    "AC_IQN": "continuous",
+    "DDPG": "continuous",
+    "SAC": "continuous",
+    "IQN": "discrete",
+    "DQN": "discrete",
+}
+
+
+def policy_actions(model, agent: str, own, objects, mask):
+    """Actions for a batch of robots from the public TorchScript ``model`` (float64 inputs)."""
+    import torch
+
+    # The traced models view the objects as (B * 5, 5): they need contiguous inputs.
+    x = tuple(torch.as_tensor(np.ascontiguousarray(v, dtype=np.float64)) for v in (own, objects, mask))
+    with torch.no_grad():
+        if agent in ("AC_IQN", "DDPG"):
+            return model(x).numpy()
+        if agent == "SAC":
+            mu, log_std = model(x)
+            return ((2.0 / math.pi) * torch.atan(mu + log_std.exp() * torch.randn_like(mu))).numpy()
+        if agent == "IQN":
+            taus = torch.rand((len(own), 32), dtype=torch.float64)
+            return model(x, taus).mean(1).argmax(1).numpy()
+        return model(x).argmax(1).numpy()
+
+
+def public_policy_eval(src: str, torch_site: str, spec_file: str, out_file: str) -> None:
+    """Generates the scenarios and plays them with one pretrained policy in the public env."""
+    sys.path.insert(0, src)
+    sys.path.append(torch_site)
+    import torch
+    from marinenav_env.envs.marinenav_env import MarineNavEnv3
+
+    spec = json.loads(Path(spec_file).read_text())
+    torch.manual_seed(spec["seed"])
+    model = torch.jit.load(spec["model"])
+    agent, continuous = spec["agent"], AGENTS[spec["agent"]] == "continuous"
+    maker, runner = MarineNavEnv3(seed=spec["seed"]), MarineNavEnv3(seed=spec["seed"])
+    episodes = []
+    for k in range(spec["episodes"]):
+        robots, cores, obstacles, min_dis = EVAL_LEVELS[k % len(EVAL_LEVELS)]
+        maker.num_robots, maker.num_cores, maker.num_obs = robots, cores, obstacles
+        maker.min_start_goal_dis = min_dis
+        maker.reset()
+        record = maker.episode_data()
+        record["env"]["is_eval_env"] = False
+        observations, _, _ = runner.reset_with_eval_config(record)
+        n = len(runner.robots)
+        times, energies, lengths = np.zeros(n), np.zeros(n), np.zeros(n)
+        length = 0
+        while True:
+            active = [i for i, r in enumerate(runner.robots) if not r.deactivated]
+            rows = [pack(observations[i]) for i in active]
+            own = [r[:7] for r in rows]
+            objects = [np.reshape(r[7:32], (5, 5)) for r in rows]
+            mask = [r[32:] for r in rows]
+            chosen = policy_actions(model, agent, own, np.array(objects), mask)
+            actions = [None] * n
+            for i, a in zip(active, chosen):
+                actions[i] = list(map(float, a)) if continuous else int(a)
+            before = [(r.x, r.y) for r in runner.robots]
+            observations, _, _, _ = runner.step(actions, continuous)
+            for i in active:
+                rob = runner.robots[i]
+                times[i] += rob.dt * rob.N
+                energies[i] += rob.compute_step_energy_cost()
+                lengths[i] += math.hypot(rob.x - before[i][0], rob.y - before[i][1])
+                if rob.collision or rob.reach_goal:
+                    rob.deactivated = True
+            if length >= 1000 or runner.check_any_collision() or runner.check_all_deactivated():
+                break
+            length += 1
+        episodes.append(
+            {
+                "record": record,
+                "success": bool(runner.check_all_reach_goal()),
+                "collision": bool(runner.check_any_collision()),
+                "steps": length + 1,
+                "time": float(times.mean()),
+                "energy": float(energies.mean()),
+                "path_length": float(lengths.mean()),
+            }
+        )
+    Path(out_file).write_text(json.dumps(episodes, default=float))
+
+
+def our_policy_eval(
+    agent: str, model_path: str, records: list[dict], seed: int, batch: int = 50
+) -> list[dict]:
+    """Plays the public scenarios with one pretrained policy in our env, ``batch`` episodes side by side."""
+    import torch
+
+    from rl_lightning.envs.marinenav import MarineNavBatch, Scenario, split_observation
+
+    torch.manual_seed(seed)
+    model = torch.jit.load(model_path)
+    continuous = AGENTS[agent] == "continuous"
+    scenarios = [Scenario.from_public(r) for r in records]
+    out = []
+    for first in range(0, len(scenarios), batch):
+        chunk = scenarios[first : first + batch]
+        sim = MarineNavBatch(
+            len(chunk), 5, 4, 1, continuous=continuous, perception_noise=True, end_on_collision=True
+        )
+        sim.seed(seed + first)
+        obs = sim.reset(chunk)
+        running = np.ones(len(chunk), dtype=bool)
+        ended_at = np.zeros(len(chunk), dtype=np.int64)
+        while running.any():
+            rows = sim.active & running[:, None]
+            own, objects, mask = split_observation(obs[rows].astype(np.float64))
+            actions = np.zeros((len(chunk), 5, 2) if continuous else (len(chunk), 5))
+            if rows.any():
+                actions[rows] = policy_actions(model, agent, own, objects, mask)
+            # Finished envs are frozen: their robots are inactive or stop with the episode.
+            sim.active &= running[:, None]
+            result = sim.step(actions if continuous else actions.astype(np.int64))
+            obs = result.obs
+            ended = running & (result.env_terminated | result.env_truncated)
+            ended_at[ended] = sim.steps[ended]
+            running &= ~ended
+        info = sim.info()
+        for i in range(len(chunk)):
+            present = info["present"][i]
+            out.append(
+                {
+                    "success": bool(info["reached"][i][present].all()),
+                    "collision": bool(info["collided"][i][present].any()),
+                    "steps": int(ended_at[i]),
+                    "time": float(info["travel_time"][i][present].mean()),
+                    "energy": float(info["energy"][i][present].mean()),
+                    "path_length": float(info["path_length"][i][present].mean()),
+                }
+            )
+    return out
+
+
+def summarize(episodes: list[dict]) -> dict:
+    n = len(episodes)
+    success = sum(e["success"] for e in episodes)
+    collision = sum(e["collision"] and not e["success"] for e in episodes)
+    good = [e for e in episodes if e["success"]]
+    row = {"episodes": n, "success": success, "collision": collision, "timeout": n - success - collision}
+    for key in ("success", "collision", "timeout"):
+        row[f"{key}_rate"] = row[key] / n
+    for key in ("time", "energy", "path_length"):
+        values = np.array([e[key] for e in good])
+        row[f"{key}_mean"] = float(values.mean()) if len(values) else None
+        row[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else None
+    return row
+
+
+def chi_square_outcomes(a: dict, b: dict) -> dict:
+    """Chi-square test of equal outcome distributions (success, collision, timeout) in two samples."""
+    table = np.array(
+        [
+            [a[k] for k in ("success", "collision", "timeout")],
+            [b[k] for k in ("success", "collision", "timeout")],
+        ]
+    )
+    table = table[:, table.sum(0) > 0]
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    stat = float(((table - expected) ** 2 / expected).sum())
+    dof = table.shape[1] - 1
+    # Survival function of chi-square for 1 or 2 degrees of freedom in closed form.
+    p = 1.0 if dof == 0 else math.erfc(math.sqrt(stat / 2)) if dof == 1 else math.exp(-stat / 2)
+    return {"statistic": stat, "dof": dof, "p_value": p}
+
+
+def welch(a: list[float], b: list[float]) -> dict:
+    """Welch's t-test with a normal approximation of the p-value (samples of hundreds)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if len(a) < 2 or len(b) < 2:
+        return {"t": None, "p_value": None}
+    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    t = float((a.mean() - b.mean()) / se) if se > 0 else 0.0
+    return {"t": t, "p_value": math.erfc(abs(t) / math.sqrt(2))}
+
+
+def wrap(angle: np.ndarray) -> np.ndarray:
+    return angle - 2 * math.pi * np.floor((angle + math.pi) / (2 * math.pi))
+
+
+def replay_cases(args: argparse.Namespace, tmp: str) -> dict:
+    results = {}
+    for name, level, seed, kind in CASES:
+        case_file, out_file = Path(tmp, f"{name}.json"), Path(tmp, f"{name}.trace.json")
+        case_file.write_text(json.dumps({"level": level, "seed": seed, "actions": kind}))
+        subprocess.run(
+            [args.public_python, __file__, "--role-public", args.public_src, str(case_file), str(out_file)],
+            check=True,
+        )
+        public = json.loads(out_file.read_text())
+        ours = our_trace(public, continuous=kind == "random_continuous")
+        results[name] = {"level": list(level), "seed": seed, "actions": kind, **compare(public, ours)}
+        print(name, json.dumps(results[name]), flush=True)
+    return results
+
+
+def policy_parity(args: argparse.Namespace, agent: str, tmp: str) -> dict:
+    import time
+
+    import torch
+
+    model = str(Path(args.policies, f"traced_{agent}_model.pt"))
+    spec_file, out_file = Path(tmp, f"{agent}.spec.json"), Path(tmp, f"{agent}.episodes.json")
+    spec = {"agent": agent, "model": model, "episodes": args.episodes, "seed": args.seed}
+    spec_file.write_text(json.dumps(spec))
+    torch_site = str(Path(torch.__file__).resolve().parent.parent)
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            args.public_python,
+            __file__,
+            "--role-policy",
+            args.public_src,
+            torch_site,
+            str(spec_file),
+            str(out_file),
+        ],
+        check=True,
+    )
+    public_seconds = time.perf_counter() - started
+    public = json.loads(out_file.read_text())
+    started = time.perf_counter()
+    ours = our_policy_eval(agent, model, [e["record"] for e in public], args.seed)
+    our_seconds = time.perf_counter() - started
+    a, b = summarize(public), summarize(ours)
+    tests = {"outcomes_chi_square": chi_square_outcomes(a, b)}
+    for key in ("time", "energy", "path_length"):
+        tests[f"{key}_welch"] = welch(
+            [e[key] for e in public if e["success"]], [e[key] for e in ours if e["success"]]
+        )
+    from _common import command_line
+
+    # Agents may come from separate runs (results are merged): each row says how it was made.
+    row = {"command": command_line(), "episodes_per_agent": args.episodes, "seed": args.seed}
+    row.update(public=a, ours=b, tests=tests, seconds={"public": public_seconds, "ours": our_seconds})
+    print(agent, json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--public-python", required=True, help="interpreter of the public env's venv")
+    parser.add_argument("--public-src", required=True, help="the public repository's train_RL_agents folder")
+    parser.add_argument(
+        "--policies", default=None, help="the public pretrained_models folder (policy parity)"
+    )
+    parser.add_argument("--agents", default=",".join(AGENTS), help="comma-separated agents for policy parity")
+    parser.add_argument("--episodes", type=int, default=500, help="scenarios per agent for policy parity")
+    parser.add_argument("--seed", type=int, default=253, help="scenario and policy seed for policy parity")
+    parser.add_argument("--skip-replay", action="store_true", help="only the policy parity")
+    parser.add_argument(
+        "--out", default=None, help="result JSON (default benchmarks/results/marinenav_parity.json)"
+    )
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import RESULTS
+
+    path = Path(args.out) if args.out else RESULTS / "marinenav_parity.json"
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    tolerances = {"state_abs": 1e-9, "heading_abs": 1e-9, "obs_rel": 1e-6, "reward_abs": 1e-9}
+    with tempfile.TemporaryDirectory() as tmp:
+        replay = previous.get("replay", {}) if args.skip_replay else replay_cases(args, tmp)
+        policies = dict(previous.get("policies", {}))
+        save(path, replay, policies, tolerances)
+        if args.policies:
+            for agent in args.agents.split(","):
+                policies[agent] = policy_parity(args, agent, tmp)
+                save(path, replay, policies, tolerances)
+
+
+def save(path: Path, replay: dict, policies: dict, tolerances: dict) -> None:
+    """Writes the results so far (after the replays and after each agent: a long run keeps its parts)."""
+    from _common import write
+
+    agree = all(
+        r["steps_public"] == r["steps_ours"]
+        and r["max_state_abs_diff"] <= tolerances["state_abs"]
+        and r["max_heading_abs_diff"] <= tolerances["heading_abs"]
+        and r["max_obs_rel_diff"] <= tolerances["obs_rel"]
+        and r["max_reward_abs_diff"] <= tolerances["reward_abs"]
+        and r["done_flags_equal"]
+        and r["outcomes_equal"]
+        and r["colregs_steps_public"] == r["colregs_steps_ours"]
+        for r in replay.values()
+    )
+    payload = {
+        "what": "public-env episodes replayed step for step in our env (noise-free perception), and the "
+        "public pretrained policies evaluated in both envs on the same scenarios",
+        "public_env": "RobustFieldAutonomyLab/Distributional_RL_Decision_and_Control, train_RL_agents "
+        "(gym 0.26.2)",
+        "replay_tolerances": tolerances,
+        "replay_all_agree": agree,
+        "replay": replay,
+        "policies": policies,
+        "policy_protocol": {
+            "scenarios": "drawn by the public env seeded with --seed, cycling through the public evaluation "
+            "schedule's six levels; the same scenarios in both envs",
+            "rules": "public evaluation: ends at the first collision, when all robots stopped, or after 1001 "
+            "steps; success = every robot reached its goal; perception noise on",
+            "means": "time, energy, path length: per-episode means over robots, successful episodes only",
+        },
+        "not_covered": [
+            "noisy perception streams step for step (different generators; same distributions)",
+            "the Rainbow policy (its TorchScript file in the public repository is empty)",
+        ],
+    }
+    short = sorted({r["public"]["episodes"] for r in policies.values() if r["public"]["episodes"] < 500})
+    if short:
+        payload["not_covered"].append(f"the goal of 500+ episodes per agent (this run: {short})")
+    missing = [a for a in AGENTS if a not in policies]
+    if missing:
+        payload["not_covered"].append(f"policies not evaluated in this run: {missing}")
+    path = write("marinenav_parity", payload, path)
+    print("replay agrees:", agree, "->", path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--role-public":
+        public_trace(*sys.argv[2:])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--role-policy":
+        public_policy_eval(*sys.argv[2:])
+    else:
+        main()
