@@ -41,7 +41,7 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 from rl_lightning.algos.base import IncompatibleEnvError, ReplayRequirements, RLModule, RolloutRequirements
 from rl_lightning.algos.common import ActionScaler, GreedyPolicy, LinearSchedule, clip_grad_norm, without_grad
 from rl_lightning.compat import attached_trainer
-from rl_lightning.nn.encoders import feature_dim, make_encoder
+from rl_lightning.nn.encoders import encoded, feature_dim, make_encoder
 
 __all__ = ["PPO", "PPOPolicy", "gae", "ppo_losses"]
 
@@ -132,19 +132,6 @@ def _tanh_mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int, 
         layers += [_layer(nn.Linear(in_features, width), math.sqrt(2)), nn.Tanh()]
         in_features = width
     return nn.Sequential(*layers, _layer(nn.Linear(in_features, out_features), out_std))
-
-
-class _Encoded(nn.Module):
-    """``head(encoder(obs))``; the encoder is shared by actor and critic (``None``: the flat observation)."""
-
-    def __init__(self, encoder: nn.Module | None, head: nn.Module) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.head = head
-
-    def forward(self, observation: Tensor) -> Tensor:
-        x = observation.float()
-        return self.head(x if self.encoder is None else self.encoder(x))
 
 
 class PPOPolicy(nn.Module):
@@ -258,13 +245,14 @@ class PPO(RLModule):
         else:
             self.actions = ActionScaler(action_spec, "PPO")
             out = self.actions.action_dim * (2 if log_std == "state_dependent" else 1)
-        self.encoder = torso
-        self.actor = _Encoded(torso, _tanh_mlp(features, hidden, out, 0.01))
-        self.critic = _Encoded(torso, _tanh_mlp(features, hidden, 1, 1.0))
+        actor_head = _tanh_mlp(features, hidden, out, 0.01)
+        # One encoder, shared: the critic's loss trains it too (CleanRL's Atari agent).
+        self.actor = encoded(torso, actor_head)
+        self.critic = encoded(torso, _tanh_mlp(features, hidden, 1, 1.0))
         if not self.discrete and log_std == "state_independent":
             self.log_std = nn.Parameter(torch.full((self.actions.action_dim,), float(log_std_init)))
         elif not self.discrete:  # the actor's log-std outputs start at log_std_init
-            last = self.actor.head[-1]
+            last = actor_head[-1]
             nn.init.constant_(last.bias[self.actions.action_dim :], float(log_std_init))
         self.register_buffer("explained_variance", torch.zeros(()), persistent=False)
         #: The learning rate at the frames last set (:meth:`set_frames`).
@@ -281,7 +269,7 @@ class PPO(RLModule):
     # ------------------------------------------------------------------ the policy
     def _distribution(self, observation: Tensor) -> tuple[Tensor, Tensor | None]:
         """Logits ``[B, A]`` (discrete), or the Gaussian's mean and standard deviation ``[B, A]`` each."""
-        out = self.actor(observation)
+        out = self.actor(observation.float())
         if self.discrete:
             return out, None
         a = self.actions.action_dim
@@ -348,8 +336,8 @@ class PPO(RLModule):
         n, t = rollout.batch_size[:2]
         obs = rollout.get("observation").flatten(0, 1)
         next_obs = nxt.get("observation").flatten(0, 1)
-        value = self.critic(obs).reshape(n, t)
-        next_value = self.critic(next_obs).reshape(n, t)
+        value = self.critic(obs.float()).reshape(n, t)
+        next_value = self.critic(next_obs.float()).reshape(n, t)
         terminated = nxt.get("terminated").reshape(n, t)
         done = nxt.get("done").reshape(n, t)
         reward = nxt.get("reward").reshape(n, t).to(value.dtype)
@@ -366,7 +354,7 @@ class PPO(RLModule):
         obs = batch.get("observation")
         sample = batch.get("action") if self.discrete else batch.get("raw_action")
         log_prob, entropy = self._log_prob_entropy(*self._distribution(obs), sample)
-        value = self.critic(obs).squeeze(-1)
+        value = self.critic(obs.float()).squeeze(-1)
         advantage = batch.get("advantage")
         if hp.normalize_advantages:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)

@@ -118,7 +118,7 @@ class RLDataModule(L.LightningDataModule):
         resume_replay_from: str | Path | None = None,
     ) -> None:
         super().__init__()
-        self.env_cfg, self.collect, self.module, self.seed = env, collect, module, seed
+        self.env_cfg, self.module, self.seed = env, module, seed
         self.requirements = module.replay_requirements()
         self.replay_cfg = resolve_replay(replay, self.requirements, type(module).__name__)
         self._replay_follows = replay.device == "auto"  # the replay lives where the module does

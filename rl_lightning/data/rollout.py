@@ -69,10 +69,6 @@ class RolloutBuffer:
     def __len__(self) -> int:
         return 0 if self.rows is None else self.rows.shape[0]
 
-    @property
-    def updates_per_rollout(self) -> int:
-        return self.epochs * self.minibatches
-
     def extend_rollout(self, rollout: TensorDictBase) -> None:
         """Replaces the rollout with ``rollout`` ``[N, T]`` (already on the module's device), prepared."""
         self.prepare(rollout)
