@@ -182,6 +182,9 @@ SUITES: dict[str, list[Entry]] = {
               seeds=_TEN, **_TEST),
         # LunarLander: 200 within 1M frames (the zoo's recipe), five seeds.
         Entry("ppo_lunarlander", "ppo_lunarlander", threshold=200.0, within=1_000_000, seeds=_FIVE, **_TEST),
+        # The same recipe on the continuous engines: a Gaussian policy, the same goal.
+        Entry("ppo_lunarlander_continuous", "ppo_lunarlander_continuous", threshold=200.0, within=1_000_000,
+              seeds=_FIVE, **_TEST),
         # MinAtar at 1M frames, five seeds, the minimal action sets as the DQN presets play them.
         *(Entry(f"ppo_minatar_{key}", "ppo_minatar", (f"env.id=MinAtar/{game}-v1",), seeds=_FIVE)
           for key, game in (("breakout", "Breakout"), ("space_invaders", "SpaceInvaders"))),

@@ -43,6 +43,10 @@ class RolloutBuffer:
         target_kl: after a pass whose last update's ``approx_kl`` exceeds it, the pass loop stops
             (:meth:`observe` says so); ``None``: every pass runs.
         device: where the rollouts arrive (the module's device); a loaded rollout goes there.
+        rollout_rows: the rows of a whole rollout (``N × T``). A shorter one (the run's last collection,
+            cut to end at ``total_frames``) is split into proportionally fewer minibatches, so they keep
+            their size (at least one); the updates the budget granted beyond its passes are forfeited.
+            ``None``: every rollout is split into ``minibatches``.
 
     There is no TorchRL sampler (``sampler`` is ``None``): the stream draws one minibatch per update.
     """
@@ -56,10 +60,13 @@ class RolloutBuffer:
         minibatches: int,
         target_kl: float | None = None,
         device: torch.device | str = "cpu",
+        rollout_rows: int | None = None,
     ) -> None:
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs={epochs} and minibatches={minibatches} must be >= 1.")
-        self.prepare, self.epochs, self.minibatches, self.target_kl = prepare, epochs, minibatches, target_kl
+        self.prepare, self.epochs, self.target_kl = prepare, epochs, target_kl
+        self.full_minibatches, self.rollout_rows = minibatches, rollout_rows
+        self.minibatches = minibatches  # this rollout's split
         self.device = torch.device(device)
         self.rows: TensorDictBase | None = None
         self.order: torch.Tensor | None = None  # this pass's permutation of the rows
@@ -74,6 +81,13 @@ class RolloutBuffer:
         self.prepare(rollout)
         self.rows = rollout.reshape(-1)
         self.order, self.epoch, self.cursor = None, 0, 0
+        self.minibatches = self._split(len(self))
+
+    def _split(self, rows: int) -> int:
+        full = self.rollout_rows
+        if full is None or rows >= full:
+            return self.full_minibatches
+        return max(1, rows * self.full_minibatches // full)
 
     def sample(self) -> TensorDictBase:
         """The next minibatch: a new permutation at the start of each pass (the global torch RNG, on the
@@ -89,9 +103,14 @@ class RolloutBuffer:
         return self.rows[idx]
 
     def observe(self, output: TensorDictBase) -> bool:
-        """After each update: ``True`` when the rollout's remaining updates are to be forfeited (a pass just
-        ended with ``approx_kl > target_kl``; one host read per pass). The buffer is then spent."""
-        if self.target_kl is None or self.cursor != 0 or self.epoch >= self.epochs:
+        """After each update: ``True`` when the rollout's remaining updates are to be forfeited: its passes
+        are done (a short rollout, split into fewer minibatches than the budget granted updates for), or a
+        pass just ended with ``approx_kl > target_kl`` (one host read per pass). The buffer is then spent."""
+        if self.cursor != 0:
+            return False
+        if self.epoch >= self.epochs:
+            return self.minibatches < self.full_minibatches
+        if self.target_kl is None:
             return False
         if float(output.get("approx_kl")) <= self.target_kl:
             return False
@@ -118,5 +137,6 @@ class RolloutBuffer:
         if rows is not None:
             rows = TensorDict(rows, batch_size=[]).auto_batch_size_(batch_dims=1).to(self.device)
         self.rows = rows
+        self.minibatches = self._split(len(self))
         self.order = None if saved["order"] is None else saved["order"].to(self.device)
         self.epoch, self.cursor = int(position["epoch"]), int(position["cursor"])

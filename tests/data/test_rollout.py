@@ -64,14 +64,35 @@ def test_the_saved_position_resumes_the_same_minibatches(tmp_path: Path) -> None
     assert json.loads((tmp_path / "replay" / "position.json").read_text()) == {"epoch": 0, "cursor": 1}
 
 
+def test_a_short_rollout_keeps_the_minibatch_size_and_forfeits_the_updates_beyond_its_passes() -> None:
+    # A whole rollout is 2 x 6 = 12 rows in 4 minibatches of 3; the run's last collection has 2 x 3 rows.
+    buffer = RolloutBuffer(lambda td: None, epochs=2, minibatches=4, rollout_rows=12)
+    buffer.extend_rollout(rollout(2, 3))
+    assert buffer.minibatches == 2
+    done = TensorDict({"approx_kl": torch.tensor(0.0)})
+    sizes, forfeits = [], []
+    for _ in range(4):  # the two passes of two minibatches
+        sizes.append(len(buffer.sample()))
+        forfeits.append(buffer.observe(done))
+    assert sizes == [3, 3, 3, 3] and forfeits == [False, False, False, True]
+    buffer.extend_rollout(rollout(2, 6))  # a whole one again: its passes use every granted update
+    assert buffer.minibatches == 4
+    for _ in range(8):
+        buffer.sample()
+        assert not buffer.observe(done)
+    buffer.extend_rollout(rollout(1, 1))  # never fewer than one minibatch
+    assert buffer.minibatches == 1 and len(buffer.sample()) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target_kl", [None, 1e-6])
 def test_ppo_through_the_cli_does_its_passes_per_rollout_or_stops_them_at_the_target_kl(
     tmp_path: Path, target_kl: float | None
 ) -> None:
-    # 4 envs x 16 steps = 64 frames a rollout; 3 rollouts; 2 epochs of 4 minibatches each.
+    # 4 envs x 16 steps = 64 frames a rollout; 2 rollouts and a last one of 32 frames (8 steps, cut to end
+    # at total_frames); 2 epochs of 4 minibatches each, of 2 on the last one.
     args = ["fit", "algo=ppo", "env=cartpole", "env.num_envs=4", "algo.rollout_steps=16", "algo.epochs=2",
-            "algo.minibatches=4", "algo.lr=0.01", "algo.anneal_lr=false", "total_frames=192", "logger=none",
+            "algo.minibatches=4", "algo.lr=0.01", "algo.anneal_lr=false", "total_frames=160", "logger=none",
             *SMOKE]  # fmt: skip
     if target_kl is not None:
         args.append(f"algo.target_kl={target_kl}")
@@ -79,5 +100,5 @@ def test_ppo_through_the_cli_does_its_passes_per_rollout_or_stops_them_at_the_ta
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     # Four Adam steps of 0.01 move the policy far past an approximate KL of 1e-6: one pass per rollout.
-    assert summary["frames"] == 192
-    assert summary["updates"] == (3 * 8 if target_kl is None else 3 * 4)
+    assert summary["frames"] == 160
+    assert summary["updates"] == (2 * 8 + 4 if target_kl is None else 2 * 4 + 2)
