@@ -155,10 +155,12 @@ class PPO(RLModule):
     Args:
         observation_spec: env observation spec (``observation`` of shape ``[N, *obs_shape]``).
         action_spec: ``Categorical`` (discrete) or ``Bounded`` (continuous) actions.
-        hidden_sizes: widths of the actor's and of the critic's hidden layers (tanh between), after the
-            shared image encoder where there is one (then often ``[]``: linear heads, as CleanRL's Atari PPO).
+        hidden_sizes: widths of the actor's and of the critic's own hidden layers (tanh between), after
+            the shared layers (``[]``: linear heads, as CleanRL's Atari PPO).
         encoder: what reads the observation first (:mod:`rl_lightning.nn.encoders`); ``auto``: a CNN for
             images, shared by actor and critic.
+        shared_hidden_sizes: widths of ReLU layers after the encoder that actor and critic share (CleanRL's
+            Atari PPO: ``[512]``, the Nature network's fully connected layer); ``[]``: none.
         lr: Adam learning rate (annealed linearly to 0 over ``anneal_frames`` with ``anneal_lr``).
         anneal_lr: anneal the learning rate.
         anneal_frames: the frames the annealing spans (the run's ``total_frames``).
@@ -192,6 +194,7 @@ class PPO(RLModule):
         action_spec: TensorSpec,
         hidden_sizes: Sequence[int] = (64, 64),
         encoder: str = "auto",
+        shared_hidden_sizes: Sequence[int] = (),
         lr: float = 2.5e-4,
         anneal_lr: bool = True,
         anneal_frames: int = 500_000,
@@ -239,6 +242,11 @@ class PPO(RLModule):
         obs = observation_spec["observation"]
         torso = make_encoder(encoder, obs)
         features = feature_dim(torso, obs)
+        shared: list[nn.Module] = [] if torso is None else [torso]
+        for width in shared_hidden_sizes:
+            shared += [_layer(nn.Linear(features, int(width)), math.sqrt(2)), nn.ReLU()]
+            features = int(width)
+        torso = None if not shared else shared[0] if len(shared) == 1 else nn.Sequential(*shared)
         hidden = [int(w) for w in hidden_sizes]
         if self.discrete:
             self.n_actions = out = int(action_spec.space.n)
@@ -246,7 +254,7 @@ class PPO(RLModule):
             self.actions = ActionScaler(action_spec, "PPO")
             out = self.actions.action_dim * (2 if log_std == "state_dependent" else 1)
         actor_head = _tanh_mlp(features, hidden, out, 0.01)
-        # One encoder, shared: the critic's loss trains it too (CleanRL's Atari agent).
+        # One encoder and its shared layers: the critic's loss trains them too (CleanRL's Atari agent).
         self.actor = encoded(torso, actor_head)
         self.critic = encoded(torso, _tanh_mlp(features, hidden, 1, 1.0))
         if not self.discrete and log_std == "state_independent":

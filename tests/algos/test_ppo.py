@@ -149,3 +149,19 @@ def test_bad_settings_are_refused_with_the_key_to_change() -> None:
         PPO(*specs(False), action_squash="sigmoid")
     with pytest.raises(ValueError, match=r"algo\.target_kl"):
         PPO(*specs(True), target_kl=0.0)
+
+
+def test_shared_layers_sit_between_the_encoder_and_both_heads_and_learn_from_both_losses() -> None:
+    # CleanRL's Atari agent: one ReLU layer of 512 shared by actor and critic, linear heads.
+    torch.manual_seed(0)
+    module = PPO(*specs(True), hidden_sizes=[], shared_hidden_sizes=[8])
+    shared = module.actor.encoder
+    assert module.critic.encoder is shared
+    assert [type(m) for m in shared] == [torch.nn.Linear, torch.nn.ReLU] and shared[0].out_features == 8
+    assert module.actor.head[-1].in_features == 8 and module.critic.head[-1].in_features == 8
+    obs = torch.randn(5, 3)
+    torch.testing.assert_close(module.critic(obs), module.critic.head(torch.relu(shared[0](obs))))
+    module.critic(obs).sum().backward()
+    assert shared[0].weight.grad is not None and shared[0].weight.grad.abs().sum() > 0
+    # Without shared layers a vector observation's networks stay plain MLPs (their parameter names too).
+    assert not hasattr(PPO(*specs(True)).actor, "encoder")
