@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
@@ -124,20 +125,46 @@ def test_non_blocking_is_a_noop_on_cpu() -> None:
     assert_state_close(module, baseline_state(), atol=0)
 
 
+def hook_owner(module: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> object:
+    """The object whose ``transfer_batch_to_device`` Lightning calls (its own choice, warnings recorded)."""
+    from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "You have overridden ... in both": the shadow must not cause it
+        return _DataHookSelector(module, datamodule).get_instance("transfer_batch_to_device")
+
+
 def test_non_blocking_shadows_the_hook_lightning_calls() -> None:
     module = ToyProtocolModule()
     datamodule = ToyDataModule(module)
     callback = NonBlockingTransfer()
-    # With a data module Lightning calls the data module's hook; shadow that one, not the module's.
+    # With or without a data module (which does not override the hook), Lightning calls the module's,
+    # now the shadow, without a warning: the shadow stands in for the default hook.
+    for dm in (datamodule, None):
+        callback.setup(fake_trainer("cuda", dm), module, "fit")
+        assert hook_owner(module, dm) is module
+        batch = {"n": 3, "t": torch.zeros(2)}
+        moved = module.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+        assert moved["t"] is batch["t"] and callback._moved
+        assert "transfer_batch_to_device" not in datamodule.__dict__
+        callback.on_exception(None, module, RuntimeError("boom"))
+        assert "transfer_batch_to_device" not in module.__dict__
+
+
+def test_non_blocking_leaves_a_data_modules_own_transfer_to_lightning(caplog) -> None:
+    class CustomDataModule(ToyDataModule):
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch
+
+    module = ToyProtocolModule()
+    datamodule = CustomDataModule(module)
+    callback = NonBlockingTransfer()
     callback.setup(fake_trainer("cuda", datamodule), module, "fit")
-    assert datamodule.transfer_batch_to_device == callback.transfer_batch_to_device
-    assert "transfer_batch_to_device" not in module.__dict__
+    assert hook_owner(module, datamodule) is datamodule  # Lightning's choice, as without the callback
+    with caplog.at_level(logging.INFO):
+        callback.on_train_batch_start(None, module, None, 0)
+    assert "data module's own transfer_batch_to_device moved the batch" in caplog.text
     callback.teardown(None, module, "fit")
-    assert "transfer_batch_to_device" not in datamodule.__dict__
-    # Without one, the module's.
-    callback.setup(fake_trainer("cuda"), module, "fit")
-    assert module.transfer_batch_to_device == callback.transfer_batch_to_device
-    callback.on_exception(None, module, RuntimeError("boom"))
     assert "transfer_batch_to_device" not in module.__dict__
 
 

@@ -2,7 +2,7 @@
 
 On the CPU the copies are counted: a real fit routes the observations, the collected frames, the replay
 samples and new priorities through :class:`~rl_lightning.data.transfer.DeviceCopies`, and the
-``NonBlockingTransfer`` callback turns the switch on and off again through the data module. On a GPU
+``NonBlockingTransfer`` callback turns the switch on and off again through the data module's progress view. On a GPU
 (``gpu``): a replay in host memory feeding a module on the device, with ``non_blocking`` the sample copies
 come from pinned memory and never wait for the device, and the run's results equal the blocking run's.
 """
@@ -19,6 +19,8 @@ from tensordict import TensorDict
 from callbacks import NonBlockingTransfer
 from rl_lightning.cli import compose
 from rl_lightning.cli.run import Run, build_run
+from rl_lightning.data.budget import FrameBudget
+from rl_lightning.data.progress import EpisodeLog, Progress
 from rl_lightning.data.transfer import DeviceCopies
 
 
@@ -61,15 +63,17 @@ def test_prioritized_replay_sends_its_new_priorities_through_the_switch(tmp_path
     assert dm.copies.copied("samples") == {"same": dm.updates}
 
 
-def test_the_callback_turns_the_data_paths_switch_on_and_off() -> None:
-    dm = SimpleNamespace(copies=DeviceCopies(torch.device("cpu"), torch.device("cpu")))
-    dm.use_non_blocking_copies = lambda enabled, pin_memory: setattr(dm, "seen", (enabled, pin_memory))
+def test_the_callback_turns_the_data_paths_switch_on_and_off_through_the_progress_view() -> None:
+    copies = DeviceCopies(torch.device("cpu"), torch.device("cpu"))
+    dm = SimpleNamespace(progress=Progress(FrameBudget(100, 10), EpisodeLog(), copies))
+    module = SimpleNamespace()
     callback = NonBlockingTransfer(pin_memory=False)
     trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda")), datamodule=dm)
-    callback.setup(trainer, None, "fit")
-    assert dm.seen == (True, False) and "transfer_batch_to_device" not in vars(dm)
-    callback.teardown(trainer, None, "fit")
-    assert dm.seen == (False, False)
+    callback.setup(trainer, module, "fit")
+    assert (copies.non_blocking, copies.pin_memory) == (True, False)
+    assert vars(module) == {} and vars(dm).keys() == {"progress"}  # no hook shadowed anywhere
+    callback.teardown(trainer, module, "fit")
+    assert (copies.non_blocking, copies.pin_memory) == (False, False)
 
 
 def test_copies_say_how_they_crossed() -> None:
