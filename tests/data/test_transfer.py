@@ -2,9 +2,10 @@
 
 On the CPU the copies are counted: a real fit routes the observations, the collected frames, the replay
 samples and new priorities through :class:`~rl_lightning.data.transfer.DeviceCopies`, and the
-``NonBlockingTransfer`` callback turns the switch on and off again through the data module's progress view. On a GPU
-(``gpu``): a replay in host memory feeding a module on the device, with ``non_blocking`` the sample copies
-come from pinned memory and never wait for the device, and the run's results equal the blocking run's.
+``NonBlockingTransfer`` callback turns the switch on and off again through the data module's progress
+view. On a GPU (``gpu``): a replay in host memory feeding a module on the device, with ``non_blocking`` the
+sample copies come from pinned memory and never wait for the device, and the run's results equal the
+blocking run's.
 """
 
 from __future__ import annotations
