@@ -47,7 +47,8 @@ class NonBlockingTransfer(Callback):
     off when the batch is large enough for the device copy to overlap with compute. Safe to reuse the source
     right away: PyTorch keeps a pinned block alive until the copy reading it has finished.
 
-    Metrics: none. State: none.
+    Metrics: none; ``batches_moved`` counts the batches the module's shadow hook moved in the fit (the
+    positive control of a test; a data module that copies its own data counts its copies). State: none.
 
     Args:
         pin_memory: stage CPU batches in pinned memory so the host-to-device copy is truly asynchronous.
@@ -62,7 +63,7 @@ class NonBlockingTransfer(Callback):
         self.pin_memory = pin_memory
         #: What was switched: the progress view's copies, or the module whose hook is shadowed.
         self._owner: object | None = None
-        self._moved = False  # the shadow moved a batch
+        self.batches_moved = 0
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -84,14 +85,14 @@ class NonBlockingTransfer(Callback):
                 "its transfer is left alone.",
             )
             return
-        self._owner, self._moved = pl_module, False
+        self._owner, self.batches_moved = pl_module, 0
         object.__setattr__(pl_module, _HOOK, self._shadow())
 
     def _shadow(self) -> Any:
         """The module's stand-in hook: this callback's transfer, marked as the default hook it replaces."""
 
         def transfer_batch_to_device(batch: Any, device: torch.device, dataloader_idx: int = 0) -> Any:
-            self._moved = True
+            self.batches_moved += 1
             return self.transfer_batch_to_device(batch, device, dataloader_idx)
 
         transfer_batch_to_device.__wrapped__ = pl.LightningModule.transfer_batch_to_device  # type: ignore[attr-defined]
@@ -101,7 +102,7 @@ class NonBlockingTransfer(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._owner is pl_module and not self._moved:
+        if self._owner is pl_module and not self.batches_moved:
             notice_once(
                 self,
                 f"NonBlockingTransfer: the data module's own {_HOOK} moved the batch; "
