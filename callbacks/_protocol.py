@@ -18,8 +18,9 @@ A module opts in by exposing:
 
 A data module may hand Lightning batches that each hold several rounds of work (``rl_lightning``'s
 experience stream does, until a callback's work is due). The callbacks here count time, steps or batches,
-whatever a batch holds, and declare nothing about it; ``NonBlockingTransfer`` calls a data module's
-``use_non_blocking_copies(enabled, pin_memory)`` where the data module makes its own host-to-device copies.
+whatever a batch holds, and declare nothing about it; ``NonBlockingTransfer`` calls
+``use_non_blocking_copies(enabled, pin_memory)`` on a data module's progress view
+(``trainer.datamodule.progress``) where the data module makes its own host-to-device copies.
 
 Replacing a method means shadowing it with an instance attribute. Several callbacks may wrap the same
 path (compile, then CUDA graph); every layer is recorded here so that restoring one layer also drops the

@@ -17,7 +17,7 @@ from callbacks._compat import Transferable
 from callbacks._logging import notice_once
 
 _HOOK = "transfer_batch_to_device"
-#: The method of a data module that makes its own host-to-device copies.
+#: The method of a data module's progress view that switches its own host-to-device copies.
 _COPIES = "use_non_blocking_copies"
 
 
@@ -28,23 +28,27 @@ class NonBlockingTransfer(Callback):
 
     - A data module that makes its host-to-device copies itself (a stream whose Lightning "batch" is not the
       data, such as an RL data path that copies observations, frames and samples where it needs them)
-      exposes ``use_non_blocking_copies(enabled: bool, pin_memory: bool)``; ``setup`` calls it with
+      publishes a progress view (``trainer.datamodule.progress``, the one part of a data module callbacks
+      read) with ``use_non_blocking_copies(enabled: bool, pin_memory: bool)``; ``setup`` calls it with
       ``enabled=True`` and ``teardown`` with ``False``.
     - Otherwise Lightning moves each batch with ``move_data_to_device``, which passes ``non_blocking=True``
       to plain tensors only; a ``TensorDict`` gets ``.to(device)`` and whatever its default is, and a
       pageable source cannot be copied asynchronously anyway. A callback cannot override
-      ``transfer_batch_to_device``, so ``setup`` shadows that hook on the object Lightning calls it on: the
-      data module when there is one (Lightning prefers a data module's hook), else the module. The shadow
-      moves every ``TensorDict`` and tensor with ``non_blocking=True``, pinning CPU sources first, and hands
-      everything else to Lightning's ``move_data_to_device``; ``teardown`` removes it. A batch already on the
-      device is returned as is. A custom ``transfer_batch_to_device`` is left alone (with a notice): it
-      knows its batch better.
+      ``transfer_batch_to_device``, so ``setup`` shadows the module's hook with one that moves every
+      ``TensorDict`` and tensor with ``non_blocking=True``, pinning CPU sources first, and hands everything
+      else to Lightning's ``move_data_to_device``; ``teardown`` removes it. The shadow stands in for the
+      default hook (its ``__wrapped__``), so Lightning still sees the module as not overriding it and picks
+      the same object as without the callback: a data module's own ``transfer_batch_to_device`` when it
+      has one (which knows its batch better: left alone, with a notice at the first batch), else the
+      module's, now the shadow. A batch already on the device is returned as is. A module's own
+      ``transfer_batch_to_device`` is left alone (with a notice).
 
     On CPU this is a no-op with a one-time notice. Pinned staging costs one host copy per batch; it pays
     off when the batch is large enough for the device copy to overlap with compute. Safe to reuse the source
     right away: PyTorch keeps a pinned block alive until the copy reading it has finished.
 
-    Metrics: none. State: none.
+    Metrics: none; ``batches_moved`` counts the batches the module's shadow hook moved in the fit (the
+    positive control of a test; a data module that copies its own data counts its copies). State: none.
 
     Args:
         pin_memory: stage CPU batches in pinned memory so the host-to-device copy is truly asynchronous.
@@ -57,7 +61,9 @@ class NonBlockingTransfer(Callback):
         if not isinstance(pin_memory, bool):
             raise ValueError(f"NonBlockingTransfer: pin_memory={pin_memory!r} must be True or False.")
         self.pin_memory = pin_memory
+        #: What was switched: the progress view's copies, or the module whose hook is shadowed.
         self._owner: object | None = None
+        self.batches_moved = 0
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -66,21 +72,42 @@ class NonBlockingTransfer(Callback):
             return
         if self._owner is not None:
             return
-        datamodule = trainer.datamodule
-        if callable(getattr(datamodule, _COPIES, None)):
-            getattr(datamodule, _COPIES)(True, pin_memory=self.pin_memory)
-            self._owner = datamodule
+        progress = getattr(getattr(trainer, "datamodule", None), "progress", None)
+        switch = getattr(progress, _COPIES, None)
+        if callable(switch):
+            switch(True, pin_memory=self.pin_memory)
+            self._owner = progress
             return
-        custom = [obj for obj in (datamodule, pl_module) if obj is not None and is_overridden(_HOOK, obj)]
-        if custom:
+        if is_overridden(_HOOK, pl_module):
             notice_once(
                 self,
-                f"NonBlockingTransfer: {type(custom[0]).__name__} overrides {_HOOK}; "
+                f"NonBlockingTransfer: {type(pl_module).__name__} overrides {_HOOK}; "
                 "its transfer is left alone.",
             )
             return
-        self._owner = datamodule if datamodule is not None else pl_module
-        object.__setattr__(self._owner, _HOOK, self.transfer_batch_to_device)
+        self._owner, self.batches_moved = pl_module, 0
+        object.__setattr__(pl_module, _HOOK, self._shadow())
+
+    def _shadow(self) -> Any:
+        """The module's stand-in hook: this callback's transfer, marked as the default hook it replaces."""
+
+        def transfer_batch_to_device(batch: Any, device: torch.device, dataloader_idx: int = 0) -> Any:
+            self.batches_moved += 1
+            return self.transfer_batch_to_device(batch, device, dataloader_idx)
+
+        transfer_batch_to_device.__wrapped__ = pl.LightningModule.transfer_batch_to_device  # type: ignore[attr-defined]
+        return transfer_batch_to_device
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._owner is pl_module and not self.batches_moved:
+            notice_once(
+                self,
+                f"NonBlockingTransfer: the data module's own {_HOOK} moved the batch; "
+                "its transfer is left alone.",
+            )
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int = 0) -> Any:
         """Move tensors and TensorDicts non-blocking (CPU sources pinned first), the rest as usual."""
@@ -101,13 +128,13 @@ class NonBlockingTransfer(Callback):
         return data.to(device, non_blocking=True)
 
     def _restore(self) -> None:
-        if self._owner is None:
+        owner, self._owner = self._owner, None
+        if owner is None:
             return
-        if _HOOK in self._owner.__dict__:
-            self._owner.__dict__.pop(_HOOK)
+        if isinstance(owner, pl.LightningModule):
+            vars(owner).pop(_HOOK, None)
         else:
-            getattr(self._owner, _COPIES)(False, pin_memory=self.pin_memory)
-        self._owner = None
+            getattr(owner, _COPIES)(False, pin_memory=self.pin_memory)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -3,8 +3,11 @@
 In this process (``collect.workers=0``) the collector steps the envs on the host and calls the policy there
 too: :class:`Policy` moves the observations to the module's device and the actions back through the run's
 device copies, so every host/device copy of acting goes through one switch. With ``collect.workers=W`` the
-envs and a copy of the module live in ``W`` TorchRL worker processes (or Ray actors), which copy their own
-data; this process keeps their weights in step.
+envs and a copy of the module live in ``W`` TorchRL worker processes (or Ray actors); the collectors'
+device arguments come from the device copies (:meth:`.DeviceCopies.collector_devices`): the batches stay
+on the host and cross to the replay through the switch, and only a worker's own copies for its copy of the
+module (observations to the module's device, actions back) are TorchRL's, in the worker process. This
+process keeps the workers' weights in step.
 """
 
 from __future__ import annotations
@@ -76,7 +79,11 @@ class CollectConfig:
 class Policy:
     """The collector's policy in this process: ``module.act``, looked up at call time (so callbacks that
     replace ``act`` are honoured), on the module's device; the observations go there and what ``act``
-    writes (the action, an option index) comes back through ``copies``."""
+    writes (the action, an option index) comes back through ``copies``.
+
+    What ``act`` wrote is every entry it set, new or not: the collector hands the policy the same
+    TensorDict at every step, which already holds the previous step's action.
+    """
 
     def __init__(self, module: torch.nn.Module, copies: DeviceCopies) -> None:
         self.module = module
@@ -86,11 +93,12 @@ class Policy:
         moved = self.copies.to_policy(td)
         if moved is td:
             return self.module.act(td)
-        before = set(moved.keys(True, True))
+        before = {key: moved.get(key) for key in moved.keys(True, True)}
         out = self.module.act(moved)
         for key in out.keys(True, True):
-            if key not in before:
-                td.set(key, self.copies.to_env(out.get(key)))
+            value = out.get(key)
+            if before.get(key) is not value:  # set by act (an entry it did not touch is the same tensor)
+                td.set(key, self.copies.to_env(value))
         return td
 
 
@@ -203,7 +211,7 @@ def start_collection(
         with unobserved(module):  # the collector's probe of the policy leaves no trace
             collector = Collector(
                 env, Policy(module, copies), frames_per_batch=cfg.frames_per_batch, total_frames=-1,
-                init_random_frames=random_frames, storing_device="cpu", env_device="cpu", policy_device="cpu",
+                init_random_frames=random_frames, **copies.collector_devices(policy_in_workers=False),
                 trust_policy=True, track_traj_ids=track_traj_ids, return_same_td=True,
             )  # fmt: skip
         # The data path stores named keys only, so the private ("_"-prefixed) ones need no filtering.
@@ -228,14 +236,14 @@ def start_collection(
             makers, WorkerPolicy(module), frames_per_worker=per_worker, sync=cfg.sync_workers,
             random_frames_per_worker=random_share or 0, address=cfg.ray_address,
             traj_start=next_traj_id if track_traj_ids else None, num_envs=env_cfg.num_envs,
-            remaining_frames=remaining_frames,
+            remaining_frames=remaining_frames, devices=copies.collector_devices(policy_in_workers=False),
         )  # fmt: skip
         return Collection(collector)
     cls = MultiSyncCollector if cfg.sync_workers else MultiAsyncCollector
     collector = cls(
         makers, WorkerPolicy(module), init_random_frames=random_share, total_frames=-1,
         frames_per_batch=cfg.frames_per_batch if cfg.sync_workers else per_worker,
-        storing_device=copies.replay_device, env_device="cpu", policy_device=copies.device, trust_policy=True,
+        **copies.collector_devices(policy_in_workers=True), trust_policy=True,
     )  # fmt: skip
     # The workers number their trajectories from 0 (apart from each other): the data path shifts them past
     # the ids already in the buffer as they arrive.

@@ -15,8 +15,9 @@ The parts, each with one owner of its state:
 
 :class:`RLDataModule` takes everything in its constructor, builds the replay in ``setup`` and hands the
 stream to Lightning as the train iterable. The module learns the frame count through one call
-(``set_frames``); callbacks read ``trainer.datamodule.progress`` and nothing else of the data module. The
-training envs are reached from outside through one port, :class:`TrainingEnvs`.
+(``set_frames``); callbacks read ``trainer.datamodule.progress`` and nothing else of the data module (the
+device copies' switch too: ``progress.copies``). The training envs are reached from outside through one
+port, :class:`TrainingEnvs`.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class RLDataModule(L.LightningDataModule):
         self.stop_request = stop_request
         self.replay: Any = None
         self.resume_replay_from = None if resume_replay_from is None else str(resume_replay_from)
-        self.progress = Progress(self.budget, self.ingestion.episodes)
+        self.progress = Progress(self.budget, self.ingestion.episodes, self.copies)
         self.training_envs = TrainingEnvs(self)
         self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
         self.rank, self.world_size = 0, 1
@@ -205,10 +206,10 @@ class RLDataModule(L.LightningDataModule):
         if rollout is not None:  # on-policy: each collection is a rollout on the module's device
             return RolloutBuffer(
                 self.module.prepare_rollout, rollout.epochs, rollout.minibatches, rollout.target_kl,
-                self.copies.device, self.collect.frames_per_batch,
+                self.copies, self.collect.frames_per_batch,
             )  # fmt: skip
         interleaved = self.env_cfg.num_envs > 1  # several envs write a step each per collection
-        buffer = make_replay_buffer(self.replay_cfg, interleaved, self.copies.replay_device)
+        buffer = make_replay_buffer(self.replay_cfg, interleaved, self.copies)
         if not self.store_frames:
             return buffer
         return FrameReplay(
@@ -302,9 +303,3 @@ class RLDataModule(L.LightningDataModule):
         if rank_state is not None:
             self.ingestion.load_state_dict(rank_state)
             persistence.set_rng_state(rank_state["rng"])
-
-    # ---------------------------------------------------------------------------- non-blocking copies
-    def use_non_blocking_copies(self, enabled: bool = True, pin_memory: bool = True) -> None:
-        """Makes the data path's copies toward the GPU ``non_blocking=True``, from pinned memory with
-        ``pin_memory`` (``NonBlockingTransfer`` calls it; see :class:`.transfer.DeviceCopies`)."""
-        self.copies.non_blocking, self.copies.pin_memory = enabled, pin_memory

@@ -111,21 +111,23 @@ class FrameStore:
 
     def get(self, serials: torch.Tensor) -> torch.Tensor:
         """The frames of ``serials`` ``[...]`` (on the store's device): ``[..., *frame_shape]``."""
-        return self.frames[serials.to(self.frames.device) % self.capacity]
+        return self.frames[serials % self.capacity]
 
     def state_dict(self) -> dict[str, Any]:
+        """The written frames (on the store's device) and the count written."""
         kept = min(self.written, self.capacity)
         # A copy of the written part: a view would make torch.save write the whole allocated ring.
-        return {"frames": self.frames[:kept].to("cpu", copy=True), "written": self.written}
+        return {"frames": self.frames[:kept].clone(), "written": self.written}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`'s frames (already on the store's device)."""
         frames = state["frames"]
         if frames.shape[1:] != self.frames.shape[1:] or frames.shape[0] > self.capacity:
             raise ValueError(
                 f"the saved frames {tuple(frames.shape)} do not fit this run's frame store "
                 f"{tuple(self.frames.shape)}; resume with the replay settings the run was saved with."
             )
-        self.frames[: frames.shape[0]] = frames.to(self.frames.device)
+        self.frames[: frames.shape[0]] = frames
         self.written = int(state["written"])
 
 
@@ -263,6 +265,7 @@ class FrameReplay:
         obs = rows.get("obs_frames")
         nxt = rows.get(("next", "obs_frames"))
         out = rows.exclude("obs_frames", ("next", "obs_frames"))
+        obs, nxt = self.copies.to_replay(obs, "frame_serials"), self.copies.to_replay(nxt, "frame_serials")
         out.set("observation", self.store.get(obs).reshape(*obs.shape[:-1], *self.obs_shape))
         out.set(("next", "observation"), self.store.get(nxt).reshape(*nxt.shape[:-1], *self.obs_shape))
         return out
@@ -284,7 +287,9 @@ class FrameReplay:
         path = Path(path)
         (path / "transitions").mkdir(parents=True, exist_ok=True)
         self.buffer.dumps(path / "transitions")
-        state = {**self.store.state_dict(), "extents": list(self._extents), "rows": self._rows}
+        store = self.store.state_dict()
+        store["frames"] = self.copies.to_host(store["frames"], "checkpoint")
+        state = {**store, "extents": list(self._extents), "rows": self._rows}
         torch.save(state, path / "frames.pt")
 
     def loads(self, path: str | Path) -> None:
@@ -292,7 +297,7 @@ class FrameReplay:
         path = Path(path)
         self.buffer.loads(path / "transitions")
         state = torch.load(path / "frames.pt", weights_only=True)
-        self.store.load_state_dict(state)
+        self.store.load_state_dict({**state, "frames": self.copies.to_replay(state["frames"], "checkpoint")})
         self._extents = deque((int(a), int(b)) for a, b in state["extents"])
         self._rows = int(state["rows"])
         self._stacks = None

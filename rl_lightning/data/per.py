@@ -23,6 +23,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
 from rl_lightning.compat import sampler_generator
+from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = ["TensorPrioritizedSampler"]
 
@@ -42,6 +43,8 @@ class TensorPrioritizedSampler(Sampler):
         device: where the priorities live (the storage's device).
         batch_size: the batch usually sampled; it sets the block size (the cost is lowest at
             ``sqrt(capacity / batch_size)``).
+        copies: the run's device copies, through which written slots, priorities and a loaded checkpoint
+            reach ``device`` (``None``: plain copies of its own; a replay outside a run).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class TensorPrioritizedSampler(Sampler):
         eps: float = 1e-6,
         device: torch.device | str = "cpu",
         batch_size: int = 256,
+        copies: DeviceCopies | None = None,
     ) -> None:
         if alpha < 0 or beta < 0:
             raise ValueError("replay.alpha and replay.beta must be >= 0.")
@@ -60,6 +64,7 @@ class TensorPrioritizedSampler(Sampler):
         self.beta = beta
         self.eps = eps
         self.device = torch.device(device)
+        self.copies = DeviceCopies(self.device, self.device) if copies is None else copies
         self.block = max(1, round(math.sqrt(capacity / max(1, batch_size))))
         self.n_blocks = -(-capacity // self.block)
         # Padded to whole blocks; unused slots (and the padding) keep priority 0, so they are never drawn.
@@ -93,7 +98,7 @@ class TensorPrioritizedSampler(Sampler):
         return index, {"priority_weight": weight}
 
     def extend(self, index: torch.Tensor) -> None:
-        index = torch.as_tensor(index, device=self.device).reshape(-1)
+        index = self.copies.to_sampler(torch.as_tensor(index), "written_slots").reshape(-1)
         self._write(index, self._transform(self._max_priority).expand(index.shape))
 
     def add(self, index: int) -> None:
@@ -102,8 +107,11 @@ class TensorPrioritizedSampler(Sampler):
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Storage | None = None
     ) -> None:
-        index = torch.as_tensor(index, device=self.device).reshape(-1)
-        priority = torch.as_tensor(priority, device=self.device, dtype=torch.float32).detach().reshape(-1)
+        # In a run both arrive on the replay's device already (the stream sends them through the device
+        # copies, route "priorities"): these count as "same".
+        index = self.copies.to_sampler(torch.as_tensor(index), "priority_updates").reshape(-1)
+        priority = torch.as_tensor(priority, dtype=torch.float32)
+        priority = self.copies.to_sampler(priority, "priority_updates").detach().reshape(-1)
         priority = priority.expand_as(index) if priority.numel() == 1 else priority
         self._write(index, self._transform(priority))
         self._max_priority = torch.maximum(self._max_priority, priority.abs().max())
@@ -121,11 +129,11 @@ class TensorPrioritizedSampler(Sampler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._priority.zero_()
-        self._priority[: self.capacity].copy_(state_dict["priority"])
+        self._priority[: self.capacity].copy_(self.copies.to_sampler(state_dict["priority"], "checkpoint"))
         rows = self._priority.view(self.n_blocks, self.block)
         self._block_sum.copy_(rows.sum(-1))
         self._block_min.copy_(torch.where(rows > 0, rows, math.inf).amin(-1))
-        self._max_priority.copy_(state_dict["max_priority"])
+        self._max_priority.copy_(self.copies.to_sampler(state_dict["max_priority"], "checkpoint"))
 
     def _empty(self) -> None:
         self._priority.zero_()

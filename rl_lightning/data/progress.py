@@ -6,12 +6,15 @@ from ``trainer.datamodule.progress``, and nowhere else of the data module. The c
 budget and the episodes to the data path's :class:`EpisodeLog`; the view holds references to both and
 copies nothing, so it is always current and costs no sync.
 
-Two things a reader may do besides reading, neither of which changes what another reader sees:
+Three things a reader may do besides reading, none of which changes what another reader sees:
 
 - take an :meth:`Progress.episode_reader`, its own cursor over the finished episodes (a read never drains
   the log for another reader);
 - register a :class:`~rl_lightning.data.budget.Mark` (:meth:`Progress.register_mark`), a frame or update
-  count it acts at; the budget then ends a Lightning batch when one comes due.
+  count it acts at; the budget then ends a Lightning batch when one comes due;
+- reach the run's device copies (:attr:`Progress.copies`, the one switch every host/device copy of the data
+  path goes through): ``NonBlockingTransfer`` turns their non-blocking mode on and off, evaluation sends
+  its observations and actions through them. How data crosses devices, never what it holds.
 
 Plain Python, tested without a Trainer.
 """
@@ -23,6 +26,7 @@ from collections import deque
 from typing import Any
 
 from rl_lightning.data.budget import FrameBudget, Mark
+from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = ["EpisodeLog", "EpisodeReader", "Progress"]
 
@@ -108,13 +112,15 @@ class Progress:
     Args:
         budget: the frame budget (frames, updates, totals).
         episodes: the finished episodes of this rank.
+        copies: the run's device copies.
     """
 
-    __slots__ = ("_budget", "_episodes")
+    __slots__ = ("_budget", "_copies", "_episodes")
 
-    def __init__(self, budget: FrameBudget, episodes: EpisodeLog) -> None:
+    def __init__(self, budget: FrameBudget, episodes: EpisodeLog, copies: DeviceCopies) -> None:
         object.__setattr__(self, "_budget", budget)
         object.__setattr__(self, "_episodes", episodes)
+        object.__setattr__(self, "_copies", copies)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"the progress view is read-only; {name} belongs to the data path")
@@ -158,6 +164,16 @@ class Progress:
     def recent_returns(self) -> tuple[float, ...]:
         """The returns of the last 20 episodes of this rank, oldest first."""
         return tuple(self._episodes.recent)
+
+    @property
+    def copies(self) -> DeviceCopies:
+        """The run's device copies: the switch of every host/device copy of the data path."""
+        return self._copies
+
+    def use_non_blocking_copies(self, enabled: bool, pin_memory: bool = True) -> None:
+        """Makes the run's copies toward the GPU ``non_blocking=True``, from pinned memory with
+        ``pin_memory`` (``NonBlockingTransfer`` calls it; see :class:`.transfer.DeviceCopies`)."""
+        self._copies.use_non_blocking(enabled, pin_memory)
 
     def episode_reader(self) -> EpisodeReader:
         """A cursor of one's own over the finished episodes (see :class:`EpisodeLog`)."""

@@ -113,6 +113,7 @@ def make_ray_collector(
     traj_start: int | None,
     num_envs: int,
     remaining_frames: int,
+    devices: dict[str, torch.device],
 ) -> Any:
     """TorchRL's ``RayCollector`` over ``len(env_makers)`` Ray actors, one TorchRL ``Collector`` each.
 
@@ -128,6 +129,9 @@ def make_ray_collector(
             trajectories from ``traj_start + w * stride``, each actor in its own range (``None``: no ids).
         num_envs: envs per actor.
         remaining_frames: frames left in the run's budget, which bounds the trajectories of an actor.
+        devices: TorchRL's device arguments (``env_device``, ``storing_device``, ``policy_device``), from
+            the run's device copies (:meth:`~rl_lightning.data.transfer.DeviceCopies.collector_devices`):
+            all on the host, the batches crossing to the replay in this process.
 
     Returns:
         The collector; its ``shutdown`` stops the actors and the Ray runtime started here.
@@ -155,9 +159,7 @@ def make_ray_collector(
                 collector_kwargs=collector_kwargs,
                 # The actors act on their CPU whatever device the module trains on: Ray gives them no GPU.
                 remote_configs={"num_cpus": 1},
-                storing_device="cpu",
-                env_device="cpu",
-                policy_device="cpu",
+                **devices,
                 trust_policy=True,
             )
         collector.owns_ray = owns_ray

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import torch
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
@@ -13,6 +12,7 @@ from rl_lightning.algos.base import ReplayRequirements
 from rl_lightning.data.per import TensorPrioritizedSampler
 from rl_lightning.data.slices import FAST_SLICES, InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
+from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.device import resolve_device
 
 __all__ = ["ReplayConfig", "ReplayMismatchError", "make_replay_buffer", "resolve_replay"]
@@ -101,11 +101,12 @@ def resolve_replay(cfg: ReplayConfig, needs: ReplayRequirements, algo: str) -> R
 
 
 def make_replay_buffer(
-    cfg: ReplayConfig, interleaved: bool = False, device: torch.device | None = None
+    cfg: ReplayConfig, interleaved: bool = False, copies: DeviceCopies | None = None
 ) -> TensorDictReplayBuffer:
     """A ``TensorDictReplayBuffer`` over ``LazyTensorStorage`` (its leaves written and read directly:
-    :class:`~rl_lightning.data.storage.DirectTensorStorage`) on ``device`` (a run passes the device it
-    resolved; ``None``: ``cfg.device`` resolved here).
+    :class:`~rl_lightning.data.storage.DirectTensorStorage`) on the replay's device: ``copies.replay_device``
+    (a run passes its device copies, through which the samplers make their host/device copies), or, with
+    ``copies=None``, ``cfg.device`` resolved here (the samplers then copy plainly).
 
     Prioritized replay uses :class:`TensorPrioritizedSampler` (priorities read from ``td_error``);
     ``slice_len`` samples sub-trajectories of that many steps with ``SliceSampler`` (batch ``batch_size``
@@ -118,12 +119,13 @@ def make_replay_buffer(
             traj ids and ``step_count`` (TorchRL's fragmented mode, with the index kept sorted across writes:
             :class:`~rl_lightning.data.slices.InterleavedSliceSampler`) instead of from storage adjacency.
     """
-    device = resolve_device(cfg.device) if device is None else device
+    device = resolve_device(cfg.device) if copies is None else copies.replay_device
     storage = DirectTensorStorage(cfg.capacity, device=device)
     if cfg.prioritized:
         sampler = TensorPrioritizedSampler(
-            cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device, batch_size=cfg.batch_size
-        )
+            cfg.capacity, alpha=cfg.alpha, beta=cfg.beta, device=device, batch_size=cfg.batch_size,
+            copies=copies,
+        )  # fmt: skip
     elif cfg.slice_len is not None:
         if cfg.batch_size % cfg.slice_len:
             raise ValueError(
@@ -132,10 +134,12 @@ def make_replay_buffer(
             )
         common = {"slice_len": cfg.slice_len, "traj_key": TRAJ_KEY, "strict_length": True}
         if interleaved:
-            cls = InterleavedSliceSampler if FAST_SLICES else SliceSampler
-            sampler = cls(**common, fragmented=True, step_key="step_count")
-        else:
-            sampler = (TrajectorySliceSampler if FAST_SLICES else SliceSampler)(**common)
+            common.update(fragmented=True, step_key="step_count")
+        if FAST_SLICES:
+            cls = InterleavedSliceSampler if interleaved else TrajectorySliceSampler
+            sampler = cls(**common, copies=copies)
+        else:  # TorchRL without the hooks: its own sampler, whose copies are its own (out of the switch)
+            sampler = SliceSampler(**common)
     else:
         sampler = RandomSampler()
     return TensorDictReplayBuffer(

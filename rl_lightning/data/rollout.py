@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rl_lightning.data.transfer import DeviceCopies
+
 __all__ = ["RolloutBuffer"]
 
 
@@ -42,7 +44,9 @@ class RolloutBuffer:
         minibatches: minibatches per pass (``torch.randperm(rows).tensor_split(minibatches)``).
         target_kl: after a pass whose last update's ``approx_kl`` exceeds it, the pass loop stops
             (:meth:`observe` says so); ``None``: every pass runs.
-        device: where the rollouts arrive (the module's device); a loaded rollout goes there.
+        copies: the run's device copies: rollouts arrive on their ``device`` (the module's), and a
+            checkpoint's rollout crosses to the host and back through them (``None``: plain copies, on the
+            CPU).
         rollout_rows: the rows of a whole rollout (``N × T``). A shorter one (the run's last collection,
             cut to end at ``total_frames``) is split into proportionally fewer minibatches, so they keep
             their size (at least one); the updates the budget granted beyond its passes are forfeited.
@@ -59,7 +63,7 @@ class RolloutBuffer:
         epochs: int,
         minibatches: int,
         target_kl: float | None = None,
-        device: torch.device | str = "cpu",
+        copies: DeviceCopies | None = None,
         rollout_rows: int | None = None,
     ) -> None:
         if epochs < 1 or minibatches < 1:
@@ -67,7 +71,8 @@ class RolloutBuffer:
         self.prepare, self.epochs, self.target_kl = prepare, epochs, target_kl
         self.full_minibatches, self.rollout_rows = minibatches, rollout_rows
         self.minibatches = minibatches  # this rollout's split
-        self.device = torch.device(device)
+        cpu = torch.device("cpu")
+        self.copies = DeviceCopies(cpu, cpu) if copies is None else copies
         self.rows: TensorDictBase | None = None
         self.order: torch.Tensor | None = None  # this pass's permutation of the rows
         self.epoch = 0
@@ -123,8 +128,9 @@ class RolloutBuffer:
         ``weights_only=True``) and the position (``position.json``) into the directory ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        rows = None if self.rows is None else self.rows.cpu().to_dict()
-        order = None if self.order is None else self.order.cpu()
+        to_host = self.copies.to_host
+        rows = None if self.rows is None else to_host(self.rows, "checkpoint").to_dict()
+        order = None if self.order is None else to_host(self.order, "checkpoint")
         torch.save({"rows": rows, "order": order}, path / "rollout.pt")
         (path / "position.json").write_text(json.dumps({"epoch": self.epoch, "cursor": self.cursor}))
 
@@ -135,8 +141,9 @@ class RolloutBuffer:
         position = json.loads((path / "position.json").read_text())
         rows = saved["rows"]
         if rows is not None:
-            rows = TensorDict(rows, batch_size=[]).auto_batch_size_(batch_dims=1).to(self.device)
+            rows = TensorDict(rows, batch_size=[]).auto_batch_size_(batch_dims=1)
+            rows = self.copies.to_module(rows, "checkpoint")
         self.rows = rows
         self.minibatches = self._split(len(self))
-        self.order = None if saved["order"] is None else saved["order"].to(self.device)
+        self.order = None if saved["order"] is None else self.copies.to_module(saved["order"], "checkpoint")
         self.epoch, self.cursor = int(position["epoch"]), int(position["cursor"])

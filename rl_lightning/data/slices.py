@@ -35,10 +35,13 @@ anything the sampler was not told about rebuilds them from the buffer.
 
 On a GPU storage both samplers draw a sample on the host: the ends and runs stay on the CPU, TorchRL's draw
 runs there on them (with the CPU's generator, so the samples are those of the same replay on the CPU), and
-the finished index goes to the device in one copy from pinned memory that does not wait for the device.
-Drawn on the device, the draw's checks and masks read device tensors, and each read waits for the work
-queued before it, a CUDA-graphed update included; drawn on the host, the next sample is prepared while the
-device runs that update. Only the first sample after a write reads the device: the written trajectory ids.
+the finished index goes to the device in one copy through the run's device copies (route
+``sample_index``): with ``non_blocking`` on, from pinned memory without waiting for the device. Drawn on the
+device, the draw's checks and masks read device tensors, and each read waits for the work queued before it,
+a CUDA-graphed update included; drawn on the host with non-blocking copies, the next sample is prepared
+while the device runs that update (with plain copies the index's copy waits for that update). Only the
+first sample after a write reads the device: the written trajectory ids (routes ``trajectory_ids`` and
+``written_slots``, blocking: the host reads them next).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from rl_lightning.compat import (
     storage_revision,
     storage_table,
 )
+from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = ["FAST_SLICES", "InterleavedSliceSampler", "TrajectorySliceSampler"]
 
@@ -133,11 +137,13 @@ class _SortedRunIndex(FragmentedIndexHooks):
 
     ``_sorted_keys`` / ``_sorted_slots``: the live records' keys in ascending order and their storage slots;
     ``None`` until built, and when an id does not fit a key (negative or too large trajectory ids), in which
-    case :meth:`runs` is TorchRL's.
+    case :meth:`runs` is TorchRL's. ``copies``: the sampler's device copies (the written slots come to the
+    host through them).
     """
 
-    def __init__(self, trajectory_key: Any, step_key: Any) -> None:
+    def __init__(self, trajectory_key: Any, step_key: Any, copies: _HostCopies) -> None:
         super().__init__(trajectory_key, step_key)
+        self._copies = copies
         self._sorted_keys: torch.Tensor | None = None
         self._sorted_slots: torch.Tensor | None = None
 
@@ -175,7 +181,8 @@ class _SortedRunIndex(FragmentedIndexHooks):
         """The written slots and the keys of the live records they held (``None``: nothing to merge)."""
         if self._sorted_keys is None or not self.pending_writes:
             return None
-        pending = torch.cat([index.cpu().reshape(-1) for index in self.pending_writes])
+        to_host = self._copies.get(storage).to_host
+        pending = torch.cat([to_host(index, "written_slots").reshape(-1) for index in self.pending_writes])
         slots = torch.unique(pending[(pending >= 0) & (pending < len(storage))])
         known = slots[slots < self.slot_steps.numel()]
         old_live = self.slot_steps[known] >= 0
@@ -232,10 +239,12 @@ class _AdjacentEnds:
     reads the ids at and after the affected positions, removes and inserts what changed, and adds the other
     rules' marks. The writer's notification of each write (``mark_update``) carries the storage's mutation
     revision after it; a revision without one (``update_``, ``loads``, ``empty()``, a write through another
-    path), a new storage or a large backlog of writes rebuilds the positions from the whole buffer.
+    path), a new storage or a large backlog of writes rebuilds the positions from the whole buffer. The ids
+    it reads cross to the host through ``copies`` (route ``trajectory_ids``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, copies: _HostCopies) -> None:
+        self._copies = copies
         self.clear()
 
     def clear(self) -> None:
@@ -271,10 +280,11 @@ class _AdjacentEnds:
         revision = storage_revision(storage)
         known = self._ends is not None and self._storage_ref() is storage
         pending = [(r, index) for r, index in self._pending if r > self._revision]
+        copies = self._copies.get(storage)
         if not known or {r for r, _ in pending} != set(range(self._revision + 1, revision + 1)):
-            self._rebuild(leaf, length, full)
+            self._rebuild(leaf, length, full, copies)
         elif pending:
-            self._apply(leaf, length, full, torch.cat([index for _, index in pending]))
+            self._apply(leaf, length, full, torch.cat([index for _, index in pending]), copies)
         self._storage_ref, self._revision = weakref.ref(storage), revision
         self._pending.clear()
         self._pending_rows = 0
@@ -297,14 +307,16 @@ class _AdjacentEnds:
         lengths[0] = (first - last - 1) % length + 1  # the only one that can wrap around
         return start.unsqueeze(-1), ends.unsqueeze(-1), lengths
 
-    def _rebuild(self, leaf: torch.Tensor, length: int, full: bool) -> None:
+    def _rebuild(self, leaf: torch.Tensor, length: int, full: bool, copies: DeviceCopies) -> None:
         ids = leaf[:length]
         ends = (ids[:-1] != ids[1:]).nonzero().squeeze(-1)
         if full and length > 1:
             ends = torch.cat([ends, (ids[-1:] != ids[:1]).nonzero().squeeze(-1) + length - 1])
-        self._ends = ends.cpu()
+        self._ends = copies.to_host(ends, "trajectory_ids")
 
-    def _apply(self, leaf: torch.Tensor, length: int, full: bool, written: torch.Tensor) -> None:
+    def _apply(
+        self, leaf: torch.Tensor, length: int, full: bool, written: torch.Tensor, copies: DeviceCopies
+    ) -> None:
         # The pairs (i, next of i) whose ids a write can have changed: at and just before each written slot.
         if written.numel() <= _PIECEWISE_MAX:  # one env's usual write: a few slots, in Python
             slots = [w for w in written.tolist() if 0 <= w < length]
@@ -313,28 +325,32 @@ class _AdjacentEnds:
                 sorted(near if full else {p for p in near if p <= length - 2}), dtype=torch.int64
             )
         else:
-            written = written.cpu()
+            written = copies.to_host(written, "written_slots")
             written = written[(written >= 0) & (written < length)]
             pairs = torch.cat([written - 1, written])
             pairs = torch.unique(pairs % length if full else pairs[(pairs >= 0) & (pairs <= length - 2)])
         if not pairs.numel():
             return
-        ids = leaf[torch.cat([pairs, (pairs + 1) % length]).to(leaf.device)].cpu()
+        at = copies.to_replay(torch.cat([pairs, (pairs + 1) % length]), "trajectory_ids")
+        ids = copies.to_host(leaf[at], "trajectory_ids")
         added = pairs[ids[: pairs.numel()] != ids[pairs.numel() :]]
         removed = pairs[_present(self._ends, pairs)]
         self._ends = _merge(self._ends, self._ends, removed, added, added)[0]
 
 
-def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` (on the CPU) on ``device``; to a GPU from pinned memory without waiting for the device.
+class _HostCopies:
+    """A sampler's device copies: the run's (``copies``, handed in by the data module), or, for a replay
+    built outside a run, plain copies of its own toward its storage's device."""
 
-    A pageable host-to-device copy waits for the work already queued on the stream (the previous update),
-    so the host could not prepare the next sample meanwhile. A copy from pinned memory is queued behind
-    that work instead; the pinned block is not reused before the copy has run (PyTorch's host allocator).
-    """
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
+    def __init__(self, copies: DeviceCopies | None) -> None:
+        self.copies = copies
+
+    def get(self, storage: Any) -> DeviceCopies:
+        if self.copies is None:
+            device = getattr(storage, "device", None)  # None or "auto": no device (yet)
+            device = torch.device("cpu") if device is None or device == "auto" else torch.device(device)
+            self.copies = DeviceCopies(device, device)
+        return self.copies
 
 
 class _FlagRows:
@@ -371,16 +387,20 @@ class TrajectorySliceSampler(SliceSamplerHooks):
     """TorchRL's ``SliceSampler`` that reads only the flags it needs of the sampled steps and, for
     trajectory ids in a 1-D storage, keeps the trajectories' ends across writes (see the module).
 
-    Same arguments and samples as ``SliceSampler``.
+    Same arguments and samples as ``SliceSampler``, and ``copies``: the run's device copies, through which
+    a sample's index drawn on the host goes to a GPU storage and the ids read from it come back (``None``:
+    plain copies; a replay outside a run).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, copies: DeviceCopies | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._ends = _AdjacentEnds()
+        self._copies = _HostCopies(copies)
+        self._ends = _AdjacentEnds(self._copies)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_ends"] = _AdjacentEnds()  # a copy or another process rebuilds it from its storage
+        # A copy or another process rebuilds the ends from its storage.
+        state["_ends"] = _AdjacentEnds(state["_copies"])
         return state
 
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
@@ -403,13 +423,15 @@ class TrajectorySliceSampler(SliceSamplerHooks):
         device = None if device is None or device == "auto" else torch.device(device)
         if device is not None and device.type != "cpu" and index.device.type == "cpu":
             # Drawn on the host (the trajectories' ends and runs are kept there): the index and what else
-            # is per row go to the storage's device in one asynchronous copy each; the flag reads, the
-            # truncation marks and the sample's gather are then queued on the device behind its work.
-            index = _to_device(index, device)
+            # is per row go to the storage's device in one copy each (asynchronous with non_blocking); the
+            # flag reads, the truncation marks and the sample's gather are then queued on the device behind
+            # its work.
+            copies = self._copies.get(storage)
+            index = copies.to_replay(index, "sample_index")
             for key in ("seq_length", "mask_flat"):
                 value = kwargs.get(key)
                 if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-                    kwargs[key] = _to_device(value, device)
+                    kwargs[key] = copies.to_replay(value, "sample_index")
         if self.truncated_key is not None or self.init_key is not None:
             keys = [self.init_key] if self.init_key is not None else []
             if self.truncated_key is not None:
@@ -432,4 +454,4 @@ class InterleavedSliceSampler(TrajectorySliceSampler):
         super().__init__(*args, **kwargs)
         if not self.fragmented:
             raise ValueError("InterleavedSliceSampler is for fragmented=True; use SliceSampler otherwise.")
-        self.set_fragmented_index(_SortedRunIndex(self.traj_key, self.step_key))
+        self.set_fragmented_index(_SortedRunIndex(self.traj_key, self.step_key, self._copies))

@@ -1,13 +1,35 @@
 """Every host/device copy of a run's data path, through one switch.
 
-A run on a GPU copies data between the host and the device at four places: the observations of the CPU
-envs go to the policy and its actions come back, collected frames go into a replay on the GPU, samples of a
-replay kept in host memory (``replay.device=cpu``: buffers larger than the device's memory) go to the
-module, and new priorities go back to that replay. :class:`DeviceCopies` makes all of them, so one setting
-decides how: plain copies by default, or (``non_blocking``, which the ``NonBlockingTransfer`` callback turns
-on) copies from pinned host memory with ``non_blocking=True`` toward the device, which then overlap with
-the device's work instead of waiting for it. Copies toward the host stay blocking: the env needs its actions
-and the sampler its priorities before they go on.
+A run on a GPU copies data between the host and the device at these places, each a route of
+:class:`DeviceCopies` (the name its copies are counted under):
+
+- ``observations`` / ``actions``: the CPU envs' observations to the policy and its actions back
+  (``eval_observations`` / ``eval_actions`` for the evaluation envs);
+- ``frames``: collected frames into a replay on the GPU (image frames into the frame store too);
+- ``samples``: samples of a replay kept in host memory (``replay.device=cpu``: buffers larger than the
+  device's memory) to the module; a PPO rollout to the module's device;
+- ``priorities``: new priorities back to the replay (``priority_updates``: the prioritized sampler's
+  own check that they are there);
+- ``sample_index``: a slice sample's index, drawn on the host, to the replay's device;
+- ``trajectory_ids`` / ``written_slots``: what the slice samplers and the prioritized sampler read of the
+  replay's writes (ids, slots) on the host, or need of them on the replay's device;
+- ``frame_serials``: the frame serials of an image sample to the frame store;
+- ``checkpoint``: a replay's rollout, frames or priorities to the host for a checkpoint and back.
+
+:class:`DeviceCopies` makes all of them, so one setting decides how: plain copies by default, or
+(``non_blocking``, which the ``NonBlockingTransfer`` callback turns on) copies from pinned host memory with
+``non_blocking=True`` toward the device, which then overlap with the device's work instead of waiting for
+it. Copies toward the host stay blocking: the env needs its actions and the sampler its ids before they go
+on. TorchRL's collectors get their device arguments from here (:meth:`DeviceCopies.collector_devices`):
+their batches stay on the host and cross through ``frames``.
+
+What does not cross here, and why (``tests/data/test_copy_routes.py`` holds the list): the copies TorchRL
+makes inside its worker processes for the module's copy there (another process: the switch cannot reach
+them; each worker step pays TorchRL's non-blocking copy and a synchronisation, in the worker); metrics read
+back for logging (one blocking read per logging interval, a documented synchronisation); the episode
+totals of a data-parallel run, which cross to the device for the collective and back (per logging
+interval); weights (a module moved by Lightning, the worker's copy pickled on the host, hockey's self-play
+snapshots), which are not the data path.
 
 Lightning's ``transfer_batch_to_device`` never sees this data: the batch Lightning moves is the experience
 stream's round object, which is not a tensor.
@@ -27,6 +49,7 @@ from tensordict import TensorDictBase
 __all__ = ["DeviceCopies"]
 
 Data = torch.Tensor | TensorDictBase
+_HOST = torch.device("cpu")
 
 
 class DeviceCopies:
@@ -55,26 +78,49 @@ class DeviceCopies:
         #: ``non_blocking``.
         self.counts: Counter[tuple[str, str]] = Counter()
 
-    def to_policy(self, td: TensorDictBase) -> TensorDictBase:
-        """Observations from the envs (host) to the policy's device."""
-        return self._move(td, self.device, "observations")
+    def to_policy(self, td: TensorDictBase, route: str = "observations") -> TensorDictBase:
+        """Observations from the envs (host) to the policy's device (``route``: ``eval_observations`` for
+        the evaluation envs)."""
+        return self._move(td, self.device, route)
 
-    def to_env(self, data: Data) -> Data:
+    def to_env(self, data: Data, route: str = "actions") -> Data:
         """What the policy wrote (actions) back to the envs on the host."""
-        return self._move(data, torch.device("cpu"), "actions")
+        return self._move(data, _HOST, route)
 
-    def to_replay(self, rows: TensorDictBase) -> TensorDictBase:
-        """Collected frames into the replay's device."""
-        return self._move(rows, self.replay_device, "frames")
+    def to_replay(self, data: Data, route: str = "frames") -> Data:
+        """Collected frames into the replay's device; with another ``route``, anything else the replay's
+        side reads there (a sample's index drawn on the host, frame serials, a loaded checkpoint)."""
+        return self._move(data, self.replay_device, route)
 
-    def to_module(self, sample: TensorDictBase) -> TensorDictBase:
+    def to_module(self, sample: Data, route: str = "samples") -> Data:
         """Replay samples to the module's device (a replay in host memory: issued before the updates that
-        read them, so the copies of later samples overlap with the earlier updates)."""
-        return self._move(sample, self.device, "samples")
+        read them, so the copies of later samples overlap with the earlier updates); a loaded rollout."""
+        return self._move(sample, self.device, route)
 
-    def to_sampler(self, data: Data) -> Data:
+    def to_sampler(self, data: Data, route: str = "priorities") -> Data:
         """New priorities from the module to the replay's device."""
-        return self._move(data, self.replay_device, "priorities")
+        return self._move(data, self.replay_device, route)
+
+    def to_host(self, data: Data, route: str) -> Data:
+        """What the host reads back from a device: trajectory ids and written slots for the slice samplers,
+        rows for a checkpoint. Always blocking: the host reads the values next."""
+        return self._move(data, _HOST, route)
+
+    def use_non_blocking(self, enabled: bool, pin_memory: bool = True) -> None:
+        """Turns the non-blocking copies on or off (``NonBlockingTransfer`` does, through the data path's
+        progress view)."""
+        self.non_blocking, self.pin_memory = enabled, pin_memory
+
+    def collector_devices(self, policy_in_workers: bool) -> dict[str, torch.device]:
+        """TorchRL's device arguments for a collector whose batches cross to the replay through
+        :meth:`to_replay`: the envs and the stored batches on the host, and the policy on the host where it
+        crosses through this switch (in this process) or has no device (Ray's actors), or on the module's
+        device where it acts in TorchRL's worker processes (``policy_in_workers``). There TorchRL copies
+        each step's observations and actions between the host and the device itself (non-blocking, then a
+        synchronisation per step, in the worker); the switch cannot reach another process's copies.
+        """
+        policy = self.device if policy_in_workers else _HOST
+        return {"env_device": _HOST, "storing_device": _HOST, "policy_device": policy}
 
     def _move(self, data: Data, device: torch.device, route: str) -> Data:
         source = _device_of(data)

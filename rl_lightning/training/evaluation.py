@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from typing_extensions import override
 
 from rl_lightning.data.budget import Mark
+from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.metrics import log_metrics
 from rl_lightning.training.video import record_video
@@ -44,6 +45,7 @@ def evaluate_policy(
     episodes: int,
     seed: int,
     should_stop: Callable[[], bool] | None = None,
+    copies: DeviceCopies | None = None,
 ) -> dict[str, float]:
     """Runs ``episodes`` whole episodes with ``module.act_eval`` and summarises them.
 
@@ -59,6 +61,9 @@ def evaluate_policy(
             ``episodes // n`` (or one more) episodes, so long episodes count as often as short ones.
         seed: the eval envs' seed.
         should_stop: checked before every env step; when it returns True the evaluation is abandoned.
+        copies: the run's device copies, through which the observations go to the module and its actions
+            come back (routes ``eval_observations`` and ``eval_actions``); ``None``: plain copies of its
+            own (an evaluation outside a fit).
 
     Raises:
         EvaluationStopped: ``should_stop()`` became True.
@@ -83,7 +88,8 @@ def evaluate_policy(
     try:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
-            _play(module, env, quota, returns, lengths, winners, should_stop)
+            copies = copies or DeviceCopies(module.device, module.device)
+            _play(module, env, copies, quota, returns, lengths, winners, should_stop)
     finally:
         env.close()
         module.train(was_training)
@@ -103,6 +109,7 @@ def evaluate_policy(
 def _play(
     module: L.LightningModule,
     env: Any,
+    copies: DeviceCopies,
     quota: torch.Tensor,
     returns: list[float],
     lengths: list[float],
@@ -115,7 +122,7 @@ def _play(
     while (quota > 0).any():
         if should_stop is not None and should_stop():
             raise EvaluationStopped
-        td = module.act_eval(td.to(module.device)).to("cpu")
+        td = copies.to_env(module.act_eval(copies.to_policy(td, "eval_observations")), "eval_actions")
         td, td_next = env.step_and_maybe_reset(td)
         nxt = td.get("next")
         done = nxt.get("done").reshape(n_envs)
@@ -136,6 +143,7 @@ def evaluate_variants(
     seed: int,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    copies: DeviceCopies | None = None,
 ) -> dict[str, float]:
     """Evaluates on the env and, per variant, on the env with its ``kwargs`` overridden.
 
@@ -144,12 +152,12 @@ def evaluate_variants(
     ``<variant>/`` and the unprefixed keys are the means over the variants.
     """
     if not variants:
-        return evaluate_policy(module, env_cfg, episodes, seed, should_stop)
+        return evaluate_policy(module, env_cfg, episodes, seed, should_stop, copies)
     out: dict[str, float] = {}
     per_variant = []
     for name, overrides in variants.items():
         cfg = dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, **overrides})
-        stats = evaluate_policy(module, cfg, episodes, seed, should_stop)
+        stats = evaluate_policy(module, cfg, episodes, seed, should_stop, copies)
         per_variant.append(stats)
         out.update({f"{name}/{k}": v for k, v in stats.items()})
     for key in per_variant[0]:
@@ -204,13 +212,15 @@ class EvalCallback(L.Callback):
         self.last: dict[str, float] = {}
 
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        frames = trainer.datamodule.progress.frames
+        progress = trainer.datamodule.progress
+        frames = progress.frames
         stats = None
         if trainer.is_global_zero:  # one evaluation; every rank gets its result (best.ckpt is collective)
             try:
                 stats = evaluate_variants(
-                    pl_module, self.env, self.episodes, self.seed, self.variants, self.should_stop
-                )
+                    pl_module, self.env, self.episodes, self.seed, self.variants, self.should_stop,
+                    progress.copies,
+                )  # fmt: skip
             except EvaluationStopped:
                 stats = None
         if trainer.world_size > 1:
@@ -227,9 +237,11 @@ class EvalCallback(L.Callback):
         if trainer.is_global_zero:
             bar = trainer.progress_bar_callback
             (bar.print if bar is not None and bar.is_enabled else print)(line)
-            self._maybe_video(trainer, pl_module, frames)
+            self._maybe_video(trainer, pl_module, frames, progress.copies)
 
-    def _maybe_video(self, trainer: L.Trainer, pl_module: L.LightningModule, frames: int) -> None:
+    def _maybe_video(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, frames: int, copies: DeviceCopies
+    ) -> None:
         video = self.video
         if video is None or not video.every_frames:
             return
@@ -242,6 +254,7 @@ class EvalCallback(L.Callback):
             video.episodes,
             self.seed,
             video.fps,
+            copies=copies,
         )
         self._video_frames = frames
         for logger in trainer.loggers:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.envs.factory import EnvConfig, make_gym_env
 
 __all__ = ["VIDEO_FORMATS", "VideoError", "check_video_format", "record_video"]
@@ -52,6 +53,7 @@ def record_video(
     seed: int = 0,
     fps: int = 30,
     max_frames: int = 5_000,
+    copies: DeviceCopies | None = None,
 ) -> Path:
     """Plays ``episodes`` episodes with ``module.act_eval`` on one rendering env and writes them to ``path``.
 
@@ -63,6 +65,8 @@ def record_video(
         seed: seeds the env and the policy's own randomness (the same seed gives the same video).
         fps: frames per second of the video.
         max_frames: stop after this many frames (a policy that never ends an episode).
+        copies: the run's device copies (routes ``eval_observations`` and ``eval_actions``); ``None``:
+            plain copies of its own.
 
     Returns:
         The path written.
@@ -82,6 +86,7 @@ def record_video(
     module.eval()
     frames: list[np.ndarray] = []
     devices = [module.device] if module.device.type == "cuda" else []
+    copies = copies or DeviceCopies(module.device, module.device)
     try:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
@@ -96,9 +101,10 @@ def record_video(
                             "step_count": torch.tensor([[step]]),
                         },
                         batch_size=[1],
-                        device=module.device,
+                        device="cpu",
                     )
-                    action = module.act_eval(td).get("action")[0].cpu().numpy()
+                    action = module.act_eval(copies.to_policy(td, "eval_observations")).get("action")
+                    action = copies.to_env(action, "eval_actions")[0].numpy()
                     obs, _, terminated, truncated, _ = env.step(action)
                     frames.append(env.render())
                     step, done = step + 1, terminated or truncated

@@ -21,12 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import torch
 from helpers.equivalence import (
     ACTOR_CRITIC_BF16,
     FamilyEquivalence,
     Result,
     actor_critic_data,
+    assert_acted,
     assert_close_runs,
+    max_abs_diff,
     metrics_rel_diff,
     run,
 )
@@ -75,8 +78,10 @@ _GPU_CALLBACKS: dict[str, Callable[[], list]] = {
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_gpu_callbacks_match_eager(name: str, callbacks: str) -> None:
     ref = run_gpu(EXPERIMENTS[name], [])
-    other = run_gpu(EXPERIMENTS[name], _GPU_CALLBACKS[callbacks]())
+    made = _GPU_CALLBACKS[callbacks]()
+    other = run_gpu(EXPERIMENTS[name], made)
     assert len(other.metrics) == GPU_K
+    assert_acted(made, batches=GPU_K)
     assert_close_runs(ref, other, atol=1e-4)
 
 
@@ -88,13 +93,20 @@ def test_cuda_graphs_capture_every_update_variant(name: str) -> None:
     other = run_gpu(EXPERIMENTS[name], [graphs])
     # update (TD3: critic-only and full) and act on the training observations.
     assert graphs.graphs_captured == (3 if name == "td3" else 2)
+    # The calls past each path's warm-up and capture were answered by replays: GPU_K updates and GPU_K act
+    # calls, 3 calls each (2 warm-up, 1 capture) per captured variant before its first replay.
+    assert graphs.graph_replays == 2 * GPU_K - 3 * graphs.graphs_captured
     assert_close_runs(ref, other, atol=1e-4)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_tf32_close(name: str) -> None:
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs an Ampere or newer GPU: before one the callback changes nothing")
     ref, other = run_gpu(EXPERIMENTS[name], []), run_gpu(EXPERIMENTS[name], [TF32()])
-    # TF32 matmuls keep 10 mantissa bits: the first update's losses agree to about 1e-3.
-    assert metrics_rel_diff(ref, other, step=0, keys=["loss_qvalue"]) < 1e-2
+    # TF32 matmuls keep 10 mantissa bits: the first update's losses agree to about 1e-3, and differ (the
+    # lower bound, TF32's positive control: a callback that set no flag would give the same losses).
+    assert 0 < metrics_rel_diff(ref, other, step=0, keys=["loss_qvalue"]) < 1e-2
+    assert max_abs_diff(ref.after, other.after) > 0
     assert max((a - b).abs().max().item() for a, b in zip(ref.actions, other.actions)) < 0.05

@@ -22,6 +22,7 @@ from helpers.equivalence import (
     ACTOR_CRITIC_BF16,
     FamilyEquivalence,
     Result,
+    assert_acted,
     assert_close_runs,
     options_data,
     run,
@@ -76,6 +77,8 @@ def test_gpu_callbacks_match_eager(name: str, callbacks: str) -> None:
         "cuda_graphs": lambda: [TorchCompile(mode="default"), CudaGraphs(warmup=3)],
         "non_blocking": lambda: [NonBlockingTransfer()],
     }[callbacks]
-    ref, other = run_gpu(EXPERIMENTS[name], []), run_gpu(EXPERIMENTS[name], make())
+    made = make()
+    ref, other = run_gpu(EXPERIMENTS[name], []), run_gpu(EXPERIMENTS[name], made)
     assert len(other.metrics) == GPU_K
+    assert_acted(made, batches=GPU_K)
     assert_close_runs(ref, other, atol=1e-4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
@@ -94,6 +95,29 @@ def test_tf32_is_a_noop_on_cpu(keep_tf32_flags, caplog: pytest.LogCaptureFixture
 
 @pytest.mark.gpu
 @needs_cuda
+def test_tf32_changes_a_matmul_on_a_gpu_that_has_it(keep_tf32_flags) -> None:
+    """TF32 acts: a float32 matmul with the callback's flags differs from the full-precision one (by about
+    TF32's 10 mantissa bits), and the control, the same product twice without them, does not differ."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs an Ampere or newer GPU")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(512, 512, device="cuda", generator=gen)
+    b = torch.randn(512, 512, device="cuda", generator=gen)
+    full, again = a @ b, a @ b
+    callback = TF32()
+    callback.apply_flags()
+    try:
+        tf32 = a @ b
+    finally:
+        callback.restore_flags()
+    assert torch.equal(full, again)  # the control: no flag, no change
+    error = ((tf32 - full).abs().max() / full.abs().max()).item()
+    assert 1e-6 < error < 1e-2, error
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_tf32_on_gpu_sets_and_restores(keep_tf32_flags) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     seen: list[tuple[bool, bool]] = []
@@ -124,20 +148,46 @@ def test_non_blocking_is_a_noop_on_cpu() -> None:
     assert_state_close(module, baseline_state(), atol=0)
 
 
+def hook_owner(module: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> object:
+    """The object whose ``transfer_batch_to_device`` Lightning calls (its own choice, warnings recorded)."""
+    from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "You have overridden ... in both": the shadow must not cause it
+        return _DataHookSelector(module, datamodule).get_instance("transfer_batch_to_device")
+
+
 def test_non_blocking_shadows_the_hook_lightning_calls() -> None:
     module = ToyProtocolModule()
     datamodule = ToyDataModule(module)
     callback = NonBlockingTransfer()
-    # With a data module Lightning calls the data module's hook; shadow that one, not the module's.
+    # With or without a data module (which does not override the hook), Lightning calls the module's,
+    # now the shadow, without a warning: the shadow stands in for the default hook.
+    for dm in (datamodule, None):
+        callback.setup(fake_trainer("cuda", dm), module, "fit")
+        assert hook_owner(module, dm) is module
+        batch = {"n": 3, "t": torch.zeros(2)}
+        moved = module.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+        assert moved["t"] is batch["t"] and callback.batches_moved == 1
+        assert "transfer_batch_to_device" not in datamodule.__dict__
+        callback.on_exception(None, module, RuntimeError("boom"))
+        assert "transfer_batch_to_device" not in module.__dict__
+
+
+def test_non_blocking_leaves_a_data_modules_own_transfer_to_lightning(caplog) -> None:
+    class CustomDataModule(ToyDataModule):
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch
+
+    module = ToyProtocolModule()
+    datamodule = CustomDataModule(module)
+    callback = NonBlockingTransfer()
     callback.setup(fake_trainer("cuda", datamodule), module, "fit")
-    assert datamodule.transfer_batch_to_device == callback.transfer_batch_to_device
-    assert "transfer_batch_to_device" not in module.__dict__
+    assert hook_owner(module, datamodule) is datamodule  # Lightning's choice, as without the callback
+    with caplog.at_level(logging.INFO):
+        callback.on_train_batch_start(None, module, None, 0)
+    assert "data module's own transfer_batch_to_device moved the batch" in caplog.text
     callback.teardown(None, module, "fit")
-    assert "transfer_batch_to_device" not in datamodule.__dict__
-    # Without one, the module's.
-    callback.setup(fake_trainer("cuda"), module, "fit")
-    assert module.transfer_batch_to_device == callback.transfer_batch_to_device
-    callback.on_exception(None, module, RuntimeError("boom"))
     assert "transfer_batch_to_device" not in module.__dict__
 
 
@@ -247,9 +297,37 @@ def test_cache_clearing_schedule_and_state(monkeypatch: pytest.MonkeyPatch) -> N
     assert (resumed.steps, resumed.clears, len(calls)) == (9, 3, 3)  # the schedule continues across resume
 
 
+class ReservedAtBatchStart(pl.Callback):
+    """Frees a ``BLOCK``-byte tensor at each batch end (the allocator keeps it reserved) and records
+    ``torch.cuda.memory_reserved()`` at the start of each batch, after the previous batch's callbacks."""
+
+    BLOCK = 256 * 2**20
+
+    def __init__(self) -> None:
+        self.reserved: list[int] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.reserved.append(torch.cuda.memory_reserved())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        block = torch.empty(self.BLOCK, dtype=torch.uint8, device=pl_module.device)
+        del block  # freed into the cache: still reserved until the cache is emptied
+
+
 @pytest.mark.gpu
 @needs_cuda
-def test_cache_clearing_on_gpu() -> None:
+def test_cache_clearing_on_gpu_releases_reserved_memory() -> None:
+    """Seen through the allocator, not the callback's counter: after each clear (every 4 batches) the
+    freed block is no longer reserved; between clears it is. The control: without the callback it stays
+    reserved at every batch start."""
+    probe = ReservedAtBatchStart()
     callback = CudaCacheClearing(every_n_steps=4)
-    fit_toy([callback], accelerator="gpu", steps=12)
-    assert callback.clears == 3
+    fit_toy([probe, callback], accelerator="gpu", steps=12)  # the probe frees its block before the clear
+    block = ReservedAtBatchStart.BLOCK
+    after_clear = [probe.reserved[i] for i in (4, 8)]  # the starts of batches 5 and 9
+    kept = [probe.reserved[i] for i in (2, 3, 6, 7, 10, 11)]
+    assert all(r < block for r in after_clear), probe.reserved
+    assert all(r >= block for r in kept), probe.reserved
+    control = ReservedAtBatchStart()
+    fit_toy([control], accelerator="gpu", steps=12)
+    assert all(r >= block for r in control.reserved[1:]), control.reserved

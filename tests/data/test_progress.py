@@ -12,12 +12,14 @@ from rl_lightning.data.budget import FrameBudget, Mark
 from rl_lightning.data.datamodule import CollectConfig, RLDataModule
 from rl_lightning.data.progress import EpisodeLog, Progress
 from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.envs.factory import EnvConfig, make_env
 
 
 def view(total: int = 1000, warmup: int = 100) -> tuple[Progress, FrameBudget, EpisodeLog]:
     budget, log = FrameBudget(total_frames=total, warmup_frames=warmup), EpisodeLog()
-    return Progress(budget, log), budget, log
+    cpu = torch.device("cpu")
+    return Progress(budget, log, DeviceCopies(cpu, cpu)), budget, log
 
 
 def test_the_view_follows_the_budget_and_the_episodes() -> None:

@@ -9,6 +9,7 @@ ring buffer, episode ends, empty writes, a checkpoint round trip and ids that do
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from rl_lightning.data import slices
 from rl_lightning.data.replay import TRAJ_KEY, ReplayConfig, make_replay_buffer
 from rl_lightning.data.slices import InterleavedSliceSampler, TrajectorySliceSampler
 from rl_lightning.data.storage import DirectTensorStorage
+from rl_lightning.data.transfer import DeviceCopies
 
 
 class _Envs:
@@ -57,10 +59,15 @@ class _Envs:
 
 
 def _buffer(
-    sampler_cls: type, capacity: int, slice_len: int = 3, batch: int = 12, fragmented: bool = True
+    sampler_cls: type,
+    capacity: int,
+    slice_len: int = 3,
+    batch: int = 12,
+    fragmented: bool = True,
+    **kwargs: Any,
 ) -> TensorDictReplayBuffer:
     mode = {"fragmented": True, "step_key": "step_count"} if fragmented else {}
-    sampler = sampler_cls(slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode)
+    sampler = sampler_cls(slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True, **mode, **kwargs)
     return TensorDictReplayBuffer(storage=DirectTensorStorage(capacity), sampler=sampler, batch_size=batch)
 
 
@@ -261,20 +268,23 @@ def test_adjacent_trajectory_ends_without_ids_use_torchrl() -> None:
 
 def test_an_index_drawn_on_the_host_goes_to_the_storage_device(monkeypatch) -> None:
     """With the storage on a GPU, the slices are drawn on the host and only the finished index is copied
-    over, once per sample (``_to_device``, asynchronous). Here the storage says it is on a GPU until the
-    copy, which is recorded instead (its data stays on the CPU): the draw sees host tensors, every sample's
-    index goes through the copy, and the samples stay TorchRL's."""
-    stock = _buffer(SliceSampler, 40, fragmented=False)
-    ours = _buffer(TrajectorySliceSampler, 40, fragmented=False)
+    over, once per sample, through the run's device copies (route ``sample_index``). Here the storage says
+    it is on a GPU until the copy, which is recorded instead (its data stays on the CPU): the draw sees host
+    tensors, every sample's index goes through the copy, and the samples stay TorchRL's."""
     copies: list[torch.Tensor] = []
 
-    def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-        assert tensor.device.type == "cpu" and device == torch.device("cuda")
-        copies.append(tensor)
-        ours.storage.device = torch.device("cpu")  # what follows the copy reads the data where it is
-        return tensor
+    class Recorded(DeviceCopies):
+        def to_replay(self, data: torch.Tensor, route: str = "frames") -> torch.Tensor:
+            if route != "sample_index":
+                return super().to_replay(data, route)
+            assert data.device.type == "cpu"
+            copies.append(data)
+            ours.storage.device = torch.device("cpu")  # what follows the copy reads the data where it is
+            return data
 
-    monkeypatch.setattr(slices, "_to_device", to_device)
+    cpu = torch.device("cpu")
+    stock = _buffer(SliceSampler, 40, fragmented=False)
+    ours = _buffer(TrajectorySliceSampler, 40, fragmented=False, copies=Recorded(cpu, cpu))
     draws = []
     sample_slices = ours.sampler._sample_slices
     monkeypatch.setattr(
@@ -297,13 +307,16 @@ def test_an_index_drawn_on_the_host_goes_to_the_storage_device(monkeypatch) -> N
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_envs", [1, 8])
 def test_gpu_replay_samples_as_on_the_cpu_without_waiting_for_the_device(num_envs: int) -> None:
-    """A replay on the GPU draws its slices' index on the host and copies it over asynchronously: its
-    samples equal the same replay's on the CPU for the same random state, and once the first sample after
-    a write has read the written trajectory ids, sampling never makes the host wait for the device (CUDA's
-    sync debug mode raises at any synchronisation), so it runs while the previous update does."""
+    """A replay on the GPU draws its slices' index on the host and copies it over asynchronously (the run's
+    device copies with ``non_blocking``): its samples equal the same replay's on the CPU for the same random
+    state, and once the first sample after a write has read the written trajectory ids, sampling never makes
+    the host wait for the device (CUDA's sync debug mode raises at any synchronisation), so it runs while
+    the previous update does. The control: with the switch off the same sample does wait."""
     replays = [
         make_replay_buffer(
-            ReplayConfig(capacity=300, batch_size=12, slice_len=3, device=d), interleaved=num_envs > 1
+            ReplayConfig(capacity=300, batch_size=12, slice_len=3, device=d),
+            interleaved=num_envs > 1,
+            copies=DeviceCopies(torch.device(d), torch.device(d), non_blocking=d == "cuda"),
         )
         for d in ("cpu", "cuda")
     ]
@@ -330,3 +343,13 @@ def test_gpu_replay_samples_as_on_the_cpu_without_waiting_for_the_device(num_env
                 )
                 for a, b in pairs:
                     assert b.device.type == "cuda" and torch.equal(a, b.cpu())
+    copies = replays[1].sampler._copies.get(replays[1].storage)
+    assert copies.counts["sample_index", "non_blocking"] >= 80
+    copies.use_non_blocking(False)  # the control: a plain index copy waits for the device
+    replays[1].sample()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            replays[1].sample()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -31,7 +31,14 @@ import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from callbacks import DirectSteps, FusedOptimizer, MixedPrecision, TorchCompile
+from callbacks import (
+    CudaGraphs,
+    DirectSteps,
+    FusedOptimizer,
+    MixedPrecision,
+    NonBlockingTransfer,
+    TorchCompile,
+)
 from callbacks._protocol import restore_hot_paths, wrap_hot_path
 from callbacks.direct_steps import CountedStep
 from helpers.batches import rollout_data, transition_data
@@ -242,6 +249,17 @@ def change_agreement(ref: Result, other: Result) -> tuple[float, float]:
     big = delta_ref.abs() > delta_ref.abs().median()
     signs = (delta_ref.sign() == delta.sign())[big].double().mean().item()
     return cosine, signs
+
+
+def assert_acted(callbacks: list, batches: int) -> None:
+    """The GPU callbacks' positive controls, beside an equality test: ``CudaGraphs`` captured its paths and
+    answered calls with graph replays; ``NonBlockingTransfer``'s hook moved every one of the fit's
+    ``batches``."""
+    for callback in callbacks:
+        if isinstance(callback, CudaGraphs):
+            assert callback.graphs_captured > 0 and callback.graph_replays > 0, callback.graph_replays
+        if isinstance(callback, NonBlockingTransfer):
+            assert callback.batches_moved == batches, callback.batches_moved
 
 
 def metrics_rel_diff(ref: Result, other: Result, step: int, keys: list[str]) -> float:
