@@ -26,6 +26,49 @@ def resolve_schedule(schedule: str | dict | C.Schedule | None) -> C.Schedule | N
     raise TypeError(f"schedule must be 'paper', a dict, a Schedule or None, got {type(schedule).__name__}")
 
 
+def resolve_levels(
+    schedule: str | dict | C.Schedule | None,
+    num_robots: int | None = None,
+    num_cores: int | None = None,
+    num_obstacles: int | None = None,
+    min_start_goal_dis: float | None = None,
+    max_robots: int | None = None,
+) -> tuple[C.Schedule | None, C.Level | None, int]:
+    """``(schedule, fixed level, robot slots)`` of an env's arguments (see :class:`MarineNavEnv`).
+
+    Exactly one of the schedule and the fixed level is set; the robot slots default to the most robots
+    any level asks for.
+
+    Raises:
+        ValueError: a fixed-level count with a schedule, negative counts, or too few robot slots.
+    """
+    resolved = resolve_schedule(schedule)
+    fixed = {"num_robots": num_robots, "num_cores": num_cores, "num_obstacles": num_obstacles}
+    fixed["min_start_goal_dis"] = min_start_goal_dis
+    fixed_level = None
+    if resolved is not None:
+        given = [k for k, v in fixed.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} set with a schedule; pass schedule=None for a fixed level")
+        levels = resolved.levels
+    else:
+        d = C.DEFAULT_LEVEL
+        fixed_level = C.Level(
+            int(d.num_robots if num_robots is None else num_robots),
+            int(d.num_cores if num_cores is None else num_cores),
+            int(d.num_obstacles if num_obstacles is None else num_obstacles),
+            float(d.min_start_goal_dis if min_start_goal_dis is None else min_start_goal_dis),
+        )
+        if fixed_level.num_robots < 1 or fixed_level.num_cores < 0 or fixed_level.num_obstacles < 0:
+            raise ValueError(f"need num_robots >= 1 and no negative counts, got {fixed_level}")
+        levels = (fixed_level,)
+    most = max(lv.num_robots for lv in levels)
+    slots = most if max_robots is None else int(max_robots)
+    if slots < most:
+        raise ValueError(f"max_robots={slots} is below the {most} robots a level asks for")
+    return resolved, fixed_level, slots
+
+
 class MarineNavEnv(gym.Env):
     """Several surface vessels, each navigating to its own goal among the others and static obstacles.
 
@@ -79,36 +122,10 @@ class MarineNavEnv(gym.Env):
         perception_noise: bool = True,
         end_on_collision: bool = False,
     ) -> None:
-        self.schedule = resolve_schedule(schedule)
-        fixed = {"num_robots": num_robots, "num_cores": num_cores, "num_obstacles": num_obstacles}
-        fixed["min_start_goal_dis"] = min_start_goal_dis
-        if self.schedule is not None:
-            given = [k for k, v in fixed.items() if v is not None]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} set with a schedule; pass schedule=None for a fixed level"
-                )
-            levels = self.schedule.levels
-            self.fixed_level = None
-        else:
-            d = C.DEFAULT_LEVEL
-            self.fixed_level = C.Level(
-                int(d.num_robots if num_robots is None else num_robots),
-                int(d.num_cores if num_cores is None else num_cores),
-                int(d.num_obstacles if num_obstacles is None else num_obstacles),
-                float(d.min_start_goal_dis if min_start_goal_dis is None else min_start_goal_dis),
-            )
-            if (
-                self.fixed_level.num_robots < 1
-                or self.fixed_level.num_cores < 0
-                or self.fixed_level.num_obstacles < 0
-            ):
-                raise ValueError(f"need num_robots >= 1 and no negative counts, got {self.fixed_level}")
-            levels = (self.fixed_level,)
-        most = max(lv.num_robots for lv in levels)
-        self.max_robots = most if max_robots is None else int(max_robots)
-        if self.max_robots < most:
-            raise ValueError(f"max_robots={self.max_robots} is below the {most} robots a level asks for")
+        self.schedule, self.fixed_level, self.max_robots = resolve_levels(
+            schedule, num_robots, num_cores, num_obstacles, min_start_goal_dis, max_robots
+        )
+        levels = self.schedule.levels if self.schedule is not None else (self.fixed_level,)
         self.continuous = continuous
         self.sim = MarineNavBatch(
             1,
