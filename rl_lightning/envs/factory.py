@@ -20,7 +20,7 @@ from rl_lightning.envs.images import (
     preprocess,
     register_image_envs,
 )
-from rl_lightning.envs.marinenav import make_marinenav_env
+from rl_lightning.envs.marinenav import gym_env_kwargs, make_marinenav_env
 from rl_lightning.envs.vector import GymVecEnv
 
 __all__ = [
@@ -92,17 +92,24 @@ class BatchedEnv:
             envs, whether they are a run's training envs, and the env steps the run's earlier training
             envs took (a curriculum over frames continues from there after a resume).
         agent_group: the env's agent group (several agents per env acting through one policy), or ``None``.
+        gym_kwargs: the keywords of the id's gymnasium env (one env, to render) for the env config's
+            ``kwargs``, where they differ; ``None``: the same.
     """
 
     build: Callable[..., EnvBase]
     agent_group: str | None = None
+    gym_kwargs: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
 
 #: Ids built by a batched env of their own instead of :class:`GymVecEnv` over gymnasium copies: marine
 #: navigation steps every robot of every env with array operations and lays robots out as an agent group.
 BATCHED_ENVS: dict[str, BatchedEnv] = {
-    "MarineNav-v0": BatchedEnv(functools.partial(make_marinenav_env, continuous=False), AGENTS),
-    "MarineNavContinuous-v0": BatchedEnv(functools.partial(make_marinenav_env, continuous=True), AGENTS),
+    "MarineNav-v0": BatchedEnv(
+        functools.partial(make_marinenav_env, continuous=False), AGENTS, gym_env_kwargs
+    ),
+    "MarineNavContinuous-v0": BatchedEnv(
+        functools.partial(make_marinenav_env, continuous=True), AGENTS, gym_env_kwargs
+    ),
 }
 
 
@@ -186,6 +193,9 @@ def check_spaces(cfg: EnvConfig) -> None:
 
 def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
     kwargs = dict(cfg.kwargs)
+    batched = BATCHED_ENVS.get(cfg.id)
+    if batched is not None and batched.gym_kwargs is not None:
+        kwargs = batched.gym_kwargs(kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
 

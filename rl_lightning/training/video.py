@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.envs.factory import EnvConfig, make_gym_env
+from rl_lightning.envs.factory import EnvConfig, agent_group_of, make_gym_env
 
 __all__ = ["VIDEO_FORMATS", "VideoError", "check_video_format", "record_video"]
 
@@ -78,6 +78,8 @@ def record_video(
     import imageio.v3 as iio
 
     env = make_gym_env(dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, "render_mode": "rgb_array"}))
+    # With an agent group (marine navigation's robots) an observation holds one row per agent: a batch.
+    agents = agent_group_of(env_cfg) is not None
     was_training = module.training
     module.eval()
     frames: list[np.ndarray] = []
@@ -90,15 +92,18 @@ def record_video(
                 frames.append(env.render())
                 step, done = 0, False
                 while not done and len(frames) < max_frames:
+                    rows = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+                    rows = rows if agents else rows[None]
                     td = TensorDict(
                         {
-                            "observation": torch.as_tensor(np.asarray(obs), dtype=torch.float32)[None],
-                            "step_count": torch.tensor([[step]]),
+                            "observation": rows,
+                            "step_count": torch.full((rows.shape[0], 1), step),
                         },
-                        batch_size=[1],
+                        batch_size=[rows.shape[0]],
                         device=module.device,
                     )
-                    action = module.act_eval(td).get("action")[0].cpu().numpy()
+                    action = module.act_eval(td).get("action").cpu().numpy()
+                    action = action if agents else action[0]
                     obs, _, terminated, truncated, _ = env.step(action)
                     frames.append(env.render())
                     step, done = step + 1, terminated or truncated

@@ -1,20 +1,27 @@
-"""Marine navigation through the CLI: the presets fit, and evaluate reports the public evaluation's outcome
-rates with Wilson intervals, risk-sensitive for IQN (CVaR)."""
+"""Marine navigation through the CLI: the presets fit, evaluate reports the public evaluation's outcome
+rates with Wilson intervals, risk-sensitive for IQN (CVaR), and videos draw the scene."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers.cli import run_main
 from omegaconf import OmegaConf
 
+from rl_lightning.cli import compose
 from rl_lightning.cli.evaluate import outcome_intervals, set_risk
+from rl_lightning.cli.run import build_module, env_config
 from rl_lightning.envs.factory import EnvConfig, make_env
+from rl_lightning.envs.marinenav import MarineNavEnv, Scenario
+from rl_lightning.envs.marinenav.render import OBSTACLE, PALETTE
 from rl_lightning.training.stats import wilson
+from rl_lightning.training.video import record_video
 
 OUTCOME = re.compile(r"^  (success|collision|timeout)\s+([0-9.]+)  \[([0-9.]+), ([0-9.]+)\]  \(Wilson 95%\)$")
 
@@ -108,3 +115,46 @@ def test_an_iqn_checkpoint_evaluates_risk_averse(tmp_path: Path) -> None:
     }
     state = torch.load(tmp_path / ckpt, weights_only=False)
     assert state["hyper_parameters"]["risk"] == "neutral"  # the checkpoint itself is left as trained
+
+
+def test_a_frame_draws_vessels_goals_obstacles_and_currents() -> None:
+    scenario = Scenario.make(
+        starts=[(10.0, 10.0), (40.0, 40.0)],
+        goals=[(45.0, 10.0), (10.0, 45.0)],
+        headings=[0.0, 0.0],
+        obstacles=[(25.0, 40.0, 1.0)],
+        cores=[(30.0, 20.0, 1.0, 3 * math.pi)],
+    )
+    env = MarineNavEnv(schedule=None, num_robots=2, num_cores=1, num_obstacles=1, render_mode="rgb_array")
+    env.reset(seed=0, options={"scenario": scenario})
+    frame = env.render()
+    assert frame.shape == (440, 440, 3) and frame.dtype == np.uint8
+
+    def pixel(x: float, y: float) -> tuple[int, ...]:
+        return tuple(int(v) for v in frame[439 - int(y * 8), int(x * 8)])
+
+    assert pixel(10.0 + 1.0, 10.0 - 1.0) == PALETTE[0] and pixel(40.0 - 1.0, 40.0 - 1.0) == PALETTE[1]
+    assert pixel(25.0, 40.0) == OBSTACLE
+    assert pixel(45.0 + 1.9, 10.0) == PALETTE[0] and pixel(45.0, 10.0) != PALETTE[0]  # the goal's ring
+    water_far, water_near = np.array(pixel(5.0, 50.0)), np.array(pixel(31.2, 21.2))
+    assert water_near.sum() < water_far.sum() - 60  # darker where the current runs fast
+    assert MarineNavEnv(schedule=None, num_robots=2).render() is None
+
+
+def test_a_video_plays_every_robot_through_one_policy(tmp_path: Path) -> None:
+    pytest.importorskip("imageio")
+    cfg = compose(["+experiment=iqn_marinenav_cpu", "device=cpu", "algo.hidden_sizes=[16,16]"])
+    env_cfg = env_config(cfg)
+    module = build_module(cfg, env_config(cfg))
+    calls = []
+    act_eval = module.act_eval
+
+    def counted(td):
+        calls.append(td.batch_size)
+        return act_eval(td)
+
+    module.act_eval = counted
+    path = record_video(module, env_cfg, tmp_path / "v.gif", episodes=1, seed=0, max_frames=6)
+    frames = pytest.importorskip("imageio.v3").imread(path, index=None)
+    assert frames.shape[1:] == (440, 440, 3) and len(frames) == 6
+    assert calls == [torch.Size([5])] * 5  # the 5 robot slots of the curriculum, one call per step

@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from rl_lightning.envs.marinenav import constants as C
 from rl_lightning.envs.marinenav.core import MarineNavBatch
+from rl_lightning.envs.marinenav.render import draw_frame
 from rl_lightning.envs.marinenav.scenario import Scenario
 
 
@@ -96,6 +97,8 @@ class MarineNavEnv(gym.Env):
         max_robots: robot slots (default: the most any level asks for).
         perception_noise: the public env's noisy perception; ``False`` for exact replays.
         end_on_collision: end the episode at the first collision (the public evaluation's rule).
+        render_mode: ``"rgb_array"``: :meth:`render` draws the vessels, their goals and tracks, the
+            obstacles and the currents (:func:`~rl_lightning.envs.marinenav.render.draw_frame`).
 
     ``reset(options=...)`` accepts ``scenario`` (a :class:`Scenario` or a public episode record) or ``level``
     (an index into the schedule, or a :class:`~rl_lightning.envs.marinenav.constants.Level`).
@@ -107,7 +110,7 @@ class MarineNavEnv(gym.Env):
         ((3, 37), 3)
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 2}
 
     def __init__(
         self,
@@ -121,7 +124,12 @@ class MarineNavEnv(gym.Env):
         max_robots: int | None = None,
         perception_noise: bool = True,
         end_on_collision: bool = False,
+        render_mode: str | None = None,
     ) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
+        self._tracks: list[np.ndarray] = []
         self.schedule, self.fixed_level, self.max_robots = resolve_levels(
             schedule, num_robots, num_cores, num_obstacles, min_start_goal_dis, max_robots
         )
@@ -175,11 +183,14 @@ class MarineNavEnv(gym.Env):
         level = None if scenario is not None else self._level(level_option)
         obs = self.sim.reset([scenario], level)
         self._done = False
+        self._tracks = []
         return obs[0], self._info()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
+        if self.render_mode is not None:
+            self._tracks.append(self.sim.pos[0].copy())
         result = self.sim.step(np.asarray(action)[None])
         self.total_steps += 1
         terminated, truncated = bool(result.env_terminated[0]), bool(result.env_truncated[0])
@@ -189,6 +200,12 @@ class MarineNavEnv(gym.Env):
         info["agent_terminated"] = result.terminated[0]
         info["agent_truncated"] = result.truncated[0]
         return result.obs[0], float(result.reward[0].sum()), terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        """The current frame ``(440, 440, 3)`` uint8 with ``render_mode="rgb_array"`` (else ``None``)."""
+        if self.render_mode is None:
+            return None
+        return draw_frame(self.sim, 0, tracks=self._tracks)
 
     def _info(self) -> dict[str, Any]:
         info = {k: v[0] for k, v in self.sim.info().items()}

@@ -42,7 +42,7 @@ from rl_lightning.envs.marinenav import constants as C
 from rl_lightning.envs.marinenav.core import MarineNavBatch
 from rl_lightning.envs.marinenav.env import resolve_levels
 
-__all__ = ["OUTCOME_KEYS", "MarineNavVecEnv"]
+__all__ = ["OUTCOME_KEYS", "MarineNavVecEnv", "gym_env_kwargs", "make_marinenav_env"]
 
 #: Episode figures written into ``next`` (float32 ``[E, 1]``), meaningful at an episode's last step.
 OUTCOME_KEYS = ("success", "collision", "timeout", "travel_time", "energy", "path_length")
@@ -280,3 +280,11 @@ def make_marinenav_env(
             f"env.kwargs {unknown} are not marine-navigation options; use some of {list(allowed)}."
         )
     return MarineNavVecEnv(num_envs, continuous=continuous, train=train, frames=frames, **dict(kwargs))
+
+
+def gym_env_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The gymnasium env's keywords for the env config's ``kwargs``: one env that plays an episode as the
+    evaluation plays it (a video), ``eval_end_on_collision`` becoming its ``end_on_collision``."""
+    out = dict(kwargs)
+    out["end_on_collision"] = bool(out.pop("eval_end_on_collision", True))
+    return out
