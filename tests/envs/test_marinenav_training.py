@@ -158,3 +158,18 @@ def test_a_video_plays_every_robot_through_one_policy(tmp_path: Path) -> None:
     frames = pytest.importorskip("imageio.v3").imread(path, index=None)
     assert frames.shape[1:] == (440, 440, 3) and len(frames) == 6
     assert calls == [torch.Size([5])] * 5  # the 5 robot slots of the curriculum, one call per step
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("collect.workers=2", "has several agents per env"),
+        ("env.vectorization=async", "batches its envs itself"),
+        ("+env.kwargs.foo=1", "are not marine-navigation options"),
+    ],
+)
+def test_what_the_agent_data_path_cannot_do_is_one_line(tmp_path: Path, override: str, message: str) -> None:
+    out = run_main(tmp_path, "fit", "+experiment=aciqn_marinenav_cpu", "logger=none", "device=cpu", override)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and message in lines[0]
+    assert not (tmp_path / "runs").exists()
