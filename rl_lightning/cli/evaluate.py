@@ -6,8 +6,10 @@ import json
 import math
 from pathlib import Path
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from rl_lightning.algos.quantile.math import check_risk
 from rl_lightning.cli.process import apply_process_settings
 from rl_lightning.cli.run import (
     check_env_imports,
@@ -18,13 +20,54 @@ from rl_lightning.cli.run import (
     seed_sets,
 )
 from rl_lightning.device import resolve_device
-from rl_lightning.training.evaluation import evaluate_variants
+from rl_lightning.training.evaluation import OUTCOME_RATES, evaluate_variants
 from rl_lightning.training.loggers import is_mlflow
 from rl_lightning.training.protocol import SPLITS, check_disjoint
 from rl_lightning.training.safe_load import CONFIG_KEY, load_checkpoint
+from rl_lightning.training.stats import wilson
 from rl_lightning.training.video import check_video_format, record_video
 
-__all__ = ["episodes_to_play", "evaluate"]
+__all__ = ["episodes_to_play", "evaluate", "outcome_intervals", "set_risk"]
+
+
+def set_risk(saved: DictConfig, cfg: DictConfig) -> None:
+    """Applies ``risk=``/``risk_param=`` to the checkpoint's ``saved`` config: the distortion IQN acts with.
+
+    The weights are the same under any distortion (it only reweights the sampled fractions when acting), so
+    a risk-neutral run evaluates risk-averse (``risk=cvar risk_param=0.25``) without training again.
+
+    Raises:
+        ValueError: the checkpoint's algorithm does not act with a distortion (AC-IQN's shapes its actor's
+            training objective only), or the distortion is invalid.
+    """
+    risk, eta = cfg.get("risk"), cfg.get("risk_param")
+    if risk is None and eta is None:
+        return
+    cls = get_class(saved.algo._target_)
+    if not getattr(cls, "acts_with_risk", False):
+        raise ValueError(
+            f"risk=/risk_param= choose the distortion IQN acts with; {cls.__name__} does not act with one "
+            "(AC-IQN's distorts its actor's training objective: set algo.risk when training it)."
+        )
+    if risk is not None:
+        saved.algo.risk = str(risk)
+    if eta is not None:
+        saved.algo.risk_param = float(eta)
+    check_risk(saved.algo.risk, float(saved.algo.risk_param))
+
+
+def outcome_intervals(stats: dict[str, float], episodes: int) -> list[str]:
+    """One line per episode outcome rate in ``stats`` (marine navigation's success, collision and timeout)
+    with its Wilson 95% interval over ``episodes``; adds ``<rate>_low`` and ``<rate>_high`` to ``stats``."""
+    lines = []
+    for name in OUTCOME_RATES:
+        key = f"{name}_rate"
+        if key not in stats:
+            continue
+        w = wilson(round(stats[key] * episodes), episodes)
+        stats[f"{key}_low"], stats[f"{key}_high"] = w["low"], w["high"]
+        lines.append(f"  {name:<9} {w['value']:.3f}  [{w['low']:.3f}, {w['high']:.3f}]  (Wilson 95%)")
+    return lines
 
 
 def episodes_to_play(cfg: DictConfig, saved: DictConfig) -> tuple[str, int, int]:
@@ -59,6 +102,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     ``plan=true|false`` evaluates a TD-MPC2 checkpoint with or without the planner, whichever its run used
     (``algo.mpc`` only chooses how the module acts: the weights are the same); with ``plan=true``,
     ``planner.horizon=3`` (``iterations``, ``num_samples``, ...) plans with other settings than the run's.
+    ``risk=cvar risk_param=0.25`` evaluates an IQN checkpoint acting risk-averse (:func:`set_risk`). Where the
+    env reports episode outcomes (marine navigation), their rates are printed with Wilson 95% intervals.
     """
     if cfg.ckpt is None:
         raise ValueError("evaluate needs ckpt=PATH (a checkpoint written by fit).")
@@ -80,6 +125,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         if "mpc" not in saved.algo or not saved.algo.mpc:
             raise ValueError("planner.* sets how TD-MPC2 plans in evaluation: add plan=true (TD-MPC2 only).")
         saved.algo.update(changed)
+    set_risk(saved, cfg)
     check_env_imports(saved, cfg)
     env_cfg = env_config(saved)
     module = restore_module(ckpt, saved, env_cfg)
@@ -92,7 +138,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         line += ", win/loss/draw " + "/".join(
             f"{stats[k]:.2f}" for k in ("win_rate", "loss_rate", "draw_rate")
         )
+    acts_risky = getattr(module, "acts_with_risk", False) and saved.algo.risk != "neutral"
+    if acts_risky:
+        line += f" [acting {saved.algo.risk}({saved.algo.risk_param})]"
     print(line)
+    for outcome in outcome_intervals(stats, episodes):
+        print(outcome)
     video = None
     if cfg.video:
         v = cfg.eval.video
@@ -111,6 +162,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 "split": label,
                 "run": saved.name,
                 **({"plan": bool(cfg.plan)} if cfg.get("plan") is not None else {}),
+                **({"risk": saved.algo.risk, "risk_param": saved.algo.risk_param} if acts_risky else {}),
             }
         )
         logger.log_metrics({f"evaluate/{k}": v for k, v in stats.items() if math.isfinite(v)}, step=0)

@@ -24,7 +24,8 @@ __all__ = ["EXPERIMENT_KIND_TAG", "NOT_LOGGED", "fit"]
 #: Root keys that are not part of a training run's configuration (other commands' settings, resuming).
 NOT_LOGGED = (
     "bench", "doctor", "export", "plot", "report", "ui", "ckpt", "ckpt_path", "split", "episodes",
-    "eval_seed", "video", "plan", "planner", "progress_bar", "progress_every_s", "logger",
+    "eval_seed", "video", "plan", "risk", "risk_param", "planner", "progress_bar", "progress_every_s",
+    "logger",
 )  # fmt: skip
 #: MLflow 3's UI opens an experiment as a GenAI one unless this tag says it holds model training runs.
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")

@@ -24,6 +24,7 @@ from rl_lightning.cli.validate import check_config
 from rl_lightning.data.datamodule import RANK_SEED_STRIDE, CollectConfig, RLDataModule, UsesTrainingEnvs
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.device import resolve_device
+from rl_lightning.envs.agents import policy_specs
 from rl_lightning.envs.factory import EnvConfig, check_spaces, env_modules, make_env
 from rl_lightning.training.checkpoint import ConfigInCheckpoint, FrameCheckpoint, replay_path
 from rl_lightning.training.evaluation import EvalCallback, VideoSettings
@@ -100,10 +101,8 @@ def build_module(cfg: DictConfig, env_cfg: EnvConfig) -> RLModule:
     try:
         # Specs are objects, not config: bind them after instantiation so OmegaConf never sees them.
         factory = instantiate(cfg.algo, _partial_=True, _convert_="all")
-        module = factory(
-            observation_spec=probe.full_observation_spec.clone(),
-            action_spec=probe.full_action_spec["action"].clone(),
-        )
+        observation_spec, action_spec = policy_specs(probe)  # one row: an env, or an agent of a group
+        module = factory(observation_spec=observation_spec, action_spec=action_spec)
     finally:
         probe.close()
     return module

@@ -43,6 +43,8 @@ ROOT_TYPES: dict[str, Any] = {
     "ckpt_path": str | None,
     "video": bool,
     "plan": bool | None,
+    "risk": str | None,
+    "risk_param": float | None,
 }
 
 _GROUP_TYPES: dict[str, type] = {"collect": CollectConfig, "replay": ReplayConfig, "env": EnvConfig}

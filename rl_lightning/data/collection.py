@@ -26,6 +26,7 @@ from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollecto
 from rl_lightning.compat import skip_private_key_filter
 from rl_lightning.data.ray_collect import check_ray_installed, make_ray_collector
 from rl_lightning.data.transfer import DeviceCopies
+from rl_lightning.envs.agents import act_rows, agent_group
 from rl_lightning.envs.factory import EnvConfig, make_env, make_gym_env
 
 __all__ = [
@@ -79,17 +80,23 @@ class CollectConfig:
 class Policy:
     """The collector's policy in this process: ``module.act``, looked up at call time (so callbacks that
     replace ``act`` are honoured), on the module's device; the observations go there and what ``act``
-    writes (the action, an option index) comes back through ``copies``.
+    writes (the action, an option index) comes back through ``copies``. With an agent ``group`` (several
+    agents per env) ``act`` runs once per step on every agent as a row
+    (:func:`~rl_lightning.envs.agents.act_rows`).
 
     What ``act`` wrote is every entry it set, new or not: the collector hands the policy the same
     TensorDict at every step, which already holds the previous step's action.
     """
 
-    def __init__(self, module: torch.nn.Module, copies: DeviceCopies) -> None:
+    def __init__(self, module: torch.nn.Module, copies: DeviceCopies, group: str | None = None) -> None:
         self.module = module
         self.copies = copies
+        self.group = group
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        return act_rows(self._act, td, self.group)
+
+    def _act(self, td: TensorDictBase) -> TensorDictBase:
         moved = self.copies.to_policy(td)
         if moved is td:
             return self.module.act(td)
@@ -179,6 +186,7 @@ def start_collection(
     next_traj_id: int,
     remaining_frames: int,
     env_calls: dict[str, dict[str, Any]],
+    frames: int = 0,
 ) -> Collection:
     """A TorchRL collector over fresh training envs, acting with ``module.act``.
 
@@ -202,15 +210,18 @@ def start_collection(
         next_traj_id: the first trajectory id not in the replay yet (a resumed run's new ones follow on).
         remaining_frames: frames left in the budget (bounds a Ray actor's trajectory ids).
         env_calls: methods to call on fresh training envs before their first reset, with their arguments.
+        frames: env frames collected before this collection (an env whose curriculum follows frames
+            continues from there).
     """
     workers = cfg.workers
     if not workers:
-        env = make_env(env_cfg, seed=seed, train=True)
+        env = make_env(env_cfg, seed=seed, train=True, frames=frames)
         for method, kwargs in env_calls.items():  # before the collector's first reset
             env.call_gym_envs(method, **kwargs)
         with unobserved(module):  # the collector's probe of the policy leaves no trace
+            policy = Policy(module, copies, agent_group(env))
             collector = Collector(
-                env, Policy(module, copies), frames_per_batch=cfg.frames_per_batch, total_frames=-1,
+                env, policy, frames_per_batch=cfg.frames_per_batch, total_frames=-1,
                 init_random_frames=random_frames, **copies.collector_devices(policy_in_workers=False),
                 trust_policy=True, track_traj_ids=track_traj_ids, return_same_td=True,
             )  # fmt: skip

@@ -44,7 +44,7 @@ from rl_lightning.data.rollout import RolloutBuffer
 from rl_lightning.data.stream import MAX_UPDATES_PER_BATCH, ExperienceStream, UpdateRound
 from rl_lightning.data.transfer import DeviceCopies
 from rl_lightning.device import resolve_device
-from rl_lightning.envs.factory import EnvConfig
+from rl_lightning.envs.factory import EnvConfig, agent_group_of
 
 __all__ = [
     "MAX_UPDATES_PER_BATCH", "RANK_SEED_STRIDE", "CollectConfig", "ExperienceStream", "RLDataModule",
@@ -145,9 +145,17 @@ class RLDataModule(L.LightningDataModule):
                 "collect.sync_workers=false mixes up; set collect.sync_workers=true or "
                 "replay.store_frames=false."
             )
+        group = agent_group_of(env)
+        if group is not None and (collect.workers or rollout is not None or self.replay_cfg.slice_len):
+            raise ValueError(
+                f"{env.id} has several agents per env, which the data path takes as transitions in this "
+                "process: use an off-policy algorithm that samples transitions (DQN, IQN, AC-IQN, SAC, "
+                "DDPG) with collect.workers=0."
+            )
         self.ingestion = Ingestion(
-            self.requirements, nstep, self.copies, collect.warmup_frames, store_frames=self.store_frames
-        )
+            self.requirements, nstep, self.copies, collect.warmup_frames, store_frames=self.store_frames,
+            agent_group=group,
+        )  # fmt: skip
         self.stop_request = stop_request
         self.replay: Any = None
         self.resume_replay_from = None if resume_replay_from is None else str(resume_replay_from)
@@ -266,6 +274,7 @@ class RLDataModule(L.LightningDataModule):
             random_frames=self.budget.random_frames_left(self.collect.frames_per_batch),
             track_traj_ids=slices, next_traj_id=self._next_traj_id() if slices else 0,
             remaining_frames=max(0, self.collect.total_frames - self.frames), env_calls=self._env_calls,
+            frames=self.frames,
         )  # fmt: skip
         self.ingestion.traj_offset = self.collection.traj_offset
         return self.collection

@@ -24,6 +24,7 @@ from rl_lightning.data.progress import EpisodeLog
 from rl_lightning.data.replay import TRAJ_KEY
 from rl_lightning.data.rollout import RolloutBuffer
 from rl_lightning.data.transfer import DeviceCopies
+from rl_lightning.envs.agents import MASK_KEY, agent_transitions
 
 __all__ = ["Ingestion", "rows"]
 
@@ -122,6 +123,10 @@ class Ingestion:
         warmup_frames: frames before which ``act`` has not run, so the extra keys may be absent.
         store_frames: the replay stores frames once (a :class:`FrameReplay`): rows hold the observations'
             frame serials.
+        agent_group: the env's agent group (several agents per env), or ``None``. Each agent's steps are
+            transitions (:func:`~rl_lightning.envs.agents.agent_transitions`); only those of agents active
+            when the step began go into the replay, selected with one boolean index of the batch's rows.
+            Episode statistics stay the env's (a return is the sum over its agents).
 
     State (``state_dict``): the episode log's (:class:`~rl_lightning.data.progress.EpisodeLog`).
     """
@@ -133,12 +138,14 @@ class Ingestion:
         copies: DeviceCopies,
         warmup_frames: int = 0,
         store_frames: bool = False,
+        agent_group: str | None = None,
     ) -> None:
         self.requirements = requirements
         self.nstep = nstep
         self.copies = copies
         self.warmup_frames = warmup_frames
         self.store_frames = store_frames
+        self.agent_group = agent_group
         keys = stored_keys(requirements, nstep is not None)
         self.keys = frame_keys(keys) if store_frames else keys
         self.episodes = EpisodeLog()
@@ -155,6 +162,13 @@ class Ingestion:
     def ingest(self, batch: TensorDictBase, replay: Any, frames: int) -> None:
         """Records the finished episodes of a collected ``[num_envs, T]`` batch and writes its rows into
         ``replay``; ``frames`` is the frame count before this batch (all ranks)."""
+        done = batch.get(("next", "done")).squeeze(-1)
+        if done.any():
+            returns = batch.get(("next", "episode_reward"))[done].squeeze(-1).tolist()
+            lengths = batch.get(("next", "step_count"))[done].squeeze(-1).tolist()
+            self.episodes.add(returns, lengths)
+        if self.agent_group is not None:
+            batch = agent_transitions(batch, self.agent_group)
         if self.requirements.extra_keys and frames >= self.warmup_frames:
             missing = missing_keys(batch, self.requirements.extra_keys)
             if missing:
@@ -162,11 +176,6 @@ class Ingestion:
                     f"the algorithm's act must write {missing} (declared in its replay requirements) "
                     "into the collected data."
                 )
-        done = batch.get(("next", "done")).squeeze(-1)
-        if done.any():
-            returns = batch.get(("next", "episode_reward"))[done].squeeze(-1).tolist()
-            lengths = batch.get(("next", "step_count"))[done].squeeze(-1).tolist()
-            self.episodes.add(returns, lengths)
         if isinstance(replay, RolloutBuffer):  # on-policy: the whole [N, T] rollout, to the module's device
             replay.extend_rollout(self.copies.to_module(batch))
             return
@@ -175,12 +184,20 @@ class Ingestion:
             batch.set(TRAJ_KEY, batch.get(TRAJ_KEY) + self.traj_offset)
         if isinstance(replay, FrameReplay):
             batch = replay.index(batch)
+        keys = self.keys
+        if self.agent_group is not None and keys is not None:
+            keys = (*keys, MASK_KEY)
         if self.nstep is not None:
-            batch = self.nstep(batch, self.keys)
+            batch = self.nstep(batch, keys)
         if self.keys is not None and not self._keys_checked:
             self._check_sample_keys(batch)
         # Extra keys are absent from random warm-up frames (no act wrote them): kept where present.
-        replay.extend(self.copies.to_replay(rows(batch, self.keys)))
+        out = rows(batch, keys)
+        if self.agent_group is not None:
+            out = out[out.get(MASK_KEY)]
+            if self.keys is not None:
+                out = out.exclude(MASK_KEY)
+        replay.extend(self.copies.to_replay(out))
 
     def _check_sample_keys(self, batch: TensorDictBase) -> None:
         keys = self.requirements.sample_keys or ()

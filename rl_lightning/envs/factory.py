@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from torchrl.envs import EnvBase
 
+from rl_lightning.envs.agents import AGENTS
 from rl_lightning.envs.hockey import register_envs
 from rl_lightning.envs.images import (
     PREPROCESSING,
@@ -17,11 +20,12 @@ from rl_lightning.envs.images import (
     preprocess,
     register_image_envs,
 )
+from rl_lightning.envs.marinenav import gym_env_kwargs, make_marinenav_env
 from rl_lightning.envs.vector import GymVecEnv
 
 __all__ = [
-    "EnvConfig", "UnknownEnvError", "check_env_id", "check_spaces", "env_modules", "import_env_packages",
-    "make_env", "make_gym_env",
+    "BATCHED_ENVS", "BatchedEnv", "EnvConfig", "UnknownEnvError", "agent_group_of", "check_env_id",
+    "check_spaces", "env_modules", "import_env_packages", "make_env", "make_gym_env",
 ]  # fmt: skip
 
 
@@ -77,6 +81,60 @@ class EnvConfig:
         if unknown:
             raise ValueError(f"Unknown env option(s) {sorted(unknown)}; allowed: {sorted(allowed)}.")
         return cls(**dict(cfg))
+
+
+@dataclass(frozen=True)
+class BatchedEnv:
+    """An id whose training and evaluation envs are one TorchRL env that batches its envs itself.
+
+    Attributes:
+        build: ``build(kwargs, num_envs, train=..., frames=...)``: the env config's ``kwargs``, the number of
+            envs, whether they are a run's training envs, and the env steps the run's earlier training
+            envs took (a curriculum over frames continues from there after a resume).
+        agent_group: the env's agent group (several agents per env acting through one policy), or ``None``.
+        gym_kwargs: the keywords of the id's gymnasium env (one env, to render) for the env config's
+            ``kwargs``, where they differ; ``None``: the same.
+    """
+
+    build: Callable[..., EnvBase]
+    agent_group: str | None = None
+    gym_kwargs: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+
+
+#: Ids built by a batched env of their own instead of :class:`GymVecEnv` over gymnasium copies: marine
+#: navigation steps every robot of every env with array operations and lays robots out as an agent group.
+BATCHED_ENVS: dict[str, BatchedEnv] = {
+    "MarineNav-v0": BatchedEnv(
+        functools.partial(make_marinenav_env, continuous=False), AGENTS, gym_env_kwargs
+    ),
+    "MarineNavContinuous-v0": BatchedEnv(
+        functools.partial(make_marinenav_env, continuous=True), AGENTS, gym_env_kwargs
+    ),
+}
+
+
+def agent_group_of(cfg: EnvConfig) -> str | None:
+    """The agent group of ``cfg``'s env (``None``: one agent per env)."""
+    batched = BATCHED_ENVS.get(cfg.id)
+    return None if batched is None else batched.agent_group
+
+
+def _check_batched(cfg: EnvConfig) -> None:
+    """Refuses the env options a batched env does not honour, with what to change."""
+    refused = {
+        "vectorization": (cfg.vectorization, "sync"),
+        "max_episode_steps": (cfg.max_episode_steps, None),
+        "info_keys": (list(cfg.info_keys), []),
+        "preprocess": (cfg.preprocess, None),
+        "frame_stack": (cfg.frame_stack, 1),
+        "reward_clip": (cfg.reward_clip, False),
+    }
+    for name, (value, default) in refused.items():
+        if value != default:
+            raise ValueError(
+                f"env.{name}={value}: {cfg.id} batches its envs itself and does not take it; set env.{name}="
+                f"{'null' if default is None else default}."
+            )
 
 
 def env_modules(cfg: EnvConfig) -> list[str]:
@@ -135,6 +193,9 @@ def check_spaces(cfg: EnvConfig) -> None:
 
 def _env_fn(cfg: EnvConfig) -> Callable[[], gym.Env]:
     kwargs = dict(cfg.kwargs)
+    batched = BATCHED_ENVS.get(cfg.id)
+    if batched is not None and batched.gym_kwargs is not None:
+        kwargs = batched.gym_kwargs(kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
 
@@ -161,8 +222,8 @@ def make_gym_env(cfg: EnvConfig) -> gym.Env:
 
 
 def make_env(
-    cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None, train: bool = False
-) -> GymVecEnv:
+    cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None, train: bool = False, frames: int = 0
+) -> EnvBase:
     """Builds the batched TorchRL env described by ``cfg``.
 
     Args:
@@ -170,9 +231,18 @@ def make_env(
         num_envs: overrides ``cfg.num_envs`` (evaluation uses ``cfg.eval_num_envs``).
         seed: seeds every env (env ``i`` gets ``seed + i``) and its action space.
         train: the training envs of a run: rewards clipped with ``cfg.reward_clip`` (never for evaluation).
+        frames: env steps the run took before these training envs: an env of :data:`BATCHED_ENVS` whose
+            curriculum follows frames continues from there (a resumed run); the others have no use for it.
     """
     check_env_id(cfg.id, cfg.packages)
     n = cfg.num_envs if num_envs is None else num_envs
+    batched = BATCHED_ENVS.get(cfg.id)
+    if batched is not None:
+        _check_batched(cfg)
+        env = batched.build(cfg.kwargs, n, train=train, frames=frames)
+        if seed is not None:
+            env.set_seed(seed)
+        return env
     env = GymVecEnv(
         [_env_fn(cfg)] * n,
         vectorization=cfg.vectorization,

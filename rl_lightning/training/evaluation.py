@@ -16,11 +16,22 @@ from typing_extensions import override
 
 from rl_lightning.data.budget import Mark
 from rl_lightning.data.transfer import DeviceCopies
+from rl_lightning.envs.agents import act_rows, agent_group
 from rl_lightning.envs.factory import EnvConfig, make_env
 from rl_lightning.training.metrics import log_metrics
 from rl_lightning.training.video import record_video
 
-__all__ = ["EvalCallback", "EvaluationStopped", "VideoSettings", "evaluate_policy", "evaluate_variants"]
+__all__ = [
+    "OUTCOME_RATES", "SUCCESS_MEANS", "EvalCallback", "EvaluationStopped", "VideoSettings", "evaluate_policy",
+    "evaluate_variants",
+]  # fmt: skip
+
+#: Episode outcomes an env may write into ``next`` at an episode's end (0/1 flags; marine navigation's,
+#: in the public evaluation's terms): each becomes ``<name>_rate``.
+OUTCOME_RATES = ("success", "collision", "timeout")
+#: Episode figures an env may write at an episode's end, averaged over the successful episodes only (the
+#: public marine-navigation evaluation's travel time, energy and path length): ``<name>_mean``.
+SUCCESS_MEANS = ("travel_time", "energy", "path_length")
 
 
 @dataclass
@@ -70,7 +81,11 @@ def evaluate_policy(
 
     Returns:
         ``return_mean``, ``return_std``, ``length_mean``, and, where the env reports ``winner``
-        (hockey), ``win_rate``, ``loss_rate`` and ``draw_rate`` (draws are not wins).
+        (hockey), ``win_rate``, ``loss_rate`` and ``draw_rate`` (draws are not wins); where it reports
+        outcomes (marine navigation, :data:`OUTCOME_RATES`), ``success_rate``, ``collision_rate`` and
+        ``timeout_rate``, with ``travel_time_mean``, ``energy_mean`` and ``path_length_mean`` over the
+        successful episodes (NaN without one). An env with an agent group acts through one policy call
+        per step for all its agents.
     """
     if episodes < 1:
         raise ValueError("episodes must be >= 1.")
@@ -84,12 +99,13 @@ def evaluate_policy(
     returns: list[float] = []
     lengths: list[float] = []
     winners: list[float] = []
+    outcomes: dict[str, list[float]] = {}
     devices = [module.device] if module.device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             copies = copies or DeviceCopies(module.device, module.device)
-            _play(module, env, copies, quota, returns, lengths, winners, should_stop)
+            _play(module, env, copies, quota, returns, lengths, winners, outcomes, should_stop)
     finally:
         env.close()
         module.train(was_training)
@@ -103,6 +119,14 @@ def evaluate_policy(
         out["win_rate"] = sum(w > 0 for w in winners) / len(winners)
         out["loss_rate"] = sum(w < 0 for w in winners) / len(winners)
         out["draw_rate"] = sum(w == 0 for w in winners) / len(winners)
+    for key in OUTCOME_RATES:
+        if key in outcomes:
+            out[f"{key}_rate"] = sum(v > 0.5 for v in outcomes[key]) / len(outcomes[key])
+    if "success" in outcomes:
+        won = [i for i, v in enumerate(outcomes["success"]) if v > 0.5]
+        for key in SUCCESS_MEANS:
+            if key in outcomes:
+                out[f"{key}_mean"] = sum(outcomes[key][i] for i in won) / len(won) if won else math.nan
     return out
 
 
@@ -114,15 +138,21 @@ def _play(
     returns: list[float],
     lengths: list[float],
     winners: list[float],
+    outcomes: dict[str, list[float]],
     should_stop: Callable[[], bool] | None,
 ) -> None:
     """Steps ``env`` with ``module.act_eval`` until every env has played its ``quota`` of episodes."""
     n_envs = quota.numel()
+    group = agent_group(env)
+
+    def act(rows: Any) -> Any:
+        return copies.to_env(module.act_eval(copies.to_policy(rows, "eval_observations")), "eval_actions")
+
     td = env.reset()
     while (quota > 0).any():
         if should_stop is not None and should_stop():
             raise EvaluationStopped
-        td = copies.to_env(module.act_eval(copies.to_policy(td, "eval_observations")), "eval_actions")
+        td = act_rows(act, td, group)
         td, td_next = env.step_and_maybe_reset(td)
         nxt = td.get("next")
         done = nxt.get("done").reshape(n_envs)
@@ -133,6 +163,9 @@ def _play(
             lengths += nxt.get("step_count")[counted].reshape(-1).tolist()
             if "winner" in nxt.keys():
                 winners += nxt.get("winner")[counted].reshape(-1).tolist()
+            for key in (*OUTCOME_RATES, *SUCCESS_MEANS):
+                if key in nxt.keys():
+                    outcomes.setdefault(key, []).extend(nxt.get(key)[counted].reshape(-1).tolist())
         td = td_next
 
 
@@ -233,6 +266,10 @@ class EvalCallback(L.Callback):
         if "win_rate" in stats:
             line += (
                 f", win/loss/draw {stats['win_rate']:.2f}/{stats['loss_rate']:.2f}/{stats['draw_rate']:.2f}"
+            )
+        if "success_rate" in stats:
+            line += ", success/collision/timeout " + "/".join(
+                f"{stats[f'{k}_rate']:.2f}" for k in OUTCOME_RATES
             )
         if trainer.is_global_zero:
             bar = trainer.progress_bar_callback

@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.data.transfer import DeviceCopies
-from rl_lightning.envs.factory import EnvConfig, make_gym_env
+from rl_lightning.envs.factory import EnvConfig, agent_group_of, make_gym_env
 
 __all__ = ["VIDEO_FORMATS", "VideoError", "check_video_format", "record_video"]
 
@@ -82,6 +82,8 @@ def record_video(
     import imageio.v3 as iio
 
     env = make_gym_env(dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, "render_mode": "rgb_array"}))
+    # With an agent group (marine navigation's robots) an observation holds one row per agent: a batch.
+    agents = agent_group_of(env_cfg) is not None
     was_training = module.training
     module.eval()
     frames: list[np.ndarray] = []
@@ -95,16 +97,19 @@ def record_video(
                 frames.append(env.render())
                 step, done = 0, False
                 while not done and len(frames) < max_frames:
+                    rows = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+                    rows = rows if agents else rows[None]
                     td = TensorDict(
                         {
-                            "observation": torch.as_tensor(np.asarray(obs), dtype=torch.float32)[None],
-                            "step_count": torch.tensor([[step]]),
+                            "observation": rows,
+                            "step_count": torch.full((rows.shape[0], 1), step),
                         },
-                        batch_size=[1],
+                        batch_size=[rows.shape[0]],
                         device="cpu",
                     )
                     action = module.act_eval(copies.to_policy(td, "eval_observations")).get("action")
-                    action = copies.to_env(action, "eval_actions")[0].numpy()
+                    action = copies.to_env(action, "eval_actions").numpy()
+                    action = action if agents else action[0]
                     obs, _, terminated, truncated, _ = env.step(action)
                     frames.append(env.render())
                     step, done = step + 1, terminated or truncated

@@ -25,10 +25,11 @@ TDMPC2_TINY = [
 ]  # fmt: skip
 #: PPO's presets cut to rollouts that divide the smoke run's 300 frames.
 PPO_SMALL = ["env.num_envs=2", "algo.rollout_steps=50", "algo.epochs=1", "algo.minibatches=2"]
-#: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py and (the
-#: image games, +debug=quick with their frame store) tests/envs/test_image_envs.py.
+#: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py, (the
+#: image games, +debug=quick with their frame store) tests/envs/test_image_envs.py and (marine navigation,
+#: whose episodes outlast 300 frames) tests/envs/test_marinenav_training.py and tests/data/test_agent_rows.py.
 SMOKED_ELSEWHERE = {"tdmpc2_pendulum", "tdmpc2_hockey"} | {
-    e for e in experiments() if e.endswith(("_minatar", "_atari", "_atari_cpu"))
+    e for e in experiments() if e.endswith(("_minatar", "_atari", "_atari_cpu")) or "_marinenav" in e
 }
 
 

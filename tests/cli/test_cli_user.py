@@ -43,7 +43,8 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (
             ["fit", "+experiment=dqn_cartpole", "env=cartpol"],
             "unknown env 'cartpol'; choose one of: "
-            "atari, cartpole, gym, hockey, hockey_discrete, minatar, pendulum",
+            "atari, cartpole, gym, hockey, hockey_discrete, marinenav, marinenav_continuous, minatar, "
+            "pendulum",
         ),
         (["fit", "+experiment=dqn_cartpole", "algo=dqnn"], "unknown algo 'dqnn'; choose one of: "),
         (

@@ -63,6 +63,12 @@ ALLOWED = {
         "an empty TensorDict on the storage's device: no copy",
     ("rl_lightning/envs/vector.py", "action.detach().cpu()"):
         "the env's guard for callers outside a fit; in a fit actions arrive on the host through the switch",
+    ("rl_lightning/envs/marinenav/torchrl_env.py", "action.detach().cpu()"):
+        "the env's guard for callers outside a fit; in a fit actions arrive on the host through the switch",
+    ("rl_lightning/envs/agents.py", "TensorDict(nested, batch_size=[E * R, T], device=batch.device)"):
+        "labels a TensorDict with the device its leaves are already on: no copy",
+    ("rl_lightning/envs/agents.py", "TensorDict(entries, batch_size=[E * R, T], device=batch.device)"):
+        "labels a TensorDict with the device its leaves are already on: no copy",
     ("rl_lightning/training/metrics.py", "torch.as_tensor(v, dtype=torch.float32).reshape(()).cpu()"):
         "metrics read back for logging: one blocking read per logging interval, a documented sync point",
     ("rl_lightning/training/feedback.py", "totals.to(trainer.strategy.root_device)"):

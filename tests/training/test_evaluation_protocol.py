@@ -43,8 +43,8 @@ def test_a_fit_chooses_on_validation_seeds_and_evaluate_reports_on_others(
     def recording(module, role):
         make_env = module.make_env
 
-        def make(cfg, num_envs=None, seed=None, train=False):
-            env = make_env(cfg, num_envs=num_envs, seed=seed, train=train)
+        def make(cfg, num_envs=None, seed=None, train=False, **kwargs):
+            env = make_env(cfg, num_envs=num_envs, seed=seed, train=train, **kwargs)
             n = cfg.num_envs if num_envs is None else num_envs
             built.append((f"{phase[0]}/{role}", seed_range(seed, n)))
             return env

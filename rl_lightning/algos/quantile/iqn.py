@@ -6,7 +6,7 @@ TorchRL has no IQN loss (its distributional loss is C51's categorical one); the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
@@ -74,6 +74,8 @@ class IQN(ValueBased):
     """
 
     policy_fractions: Tensor
+    #: ``act`` and ``act_eval`` follow ``risk``: ``evaluate risk=...`` may change it on a trained checkpoint.
+    acts_with_risk: ClassVar[bool] = True
 
     def __init__(
         self,

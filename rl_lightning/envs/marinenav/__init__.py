@@ -14,18 +14,28 @@ from rl_lightning.envs.marinenav.constants import PAPER_SCHEDULE, Level, Schedul
 from rl_lightning.envs.marinenav.core import MarineNavBatch, StepResult, split_observation
 from rl_lightning.envs.marinenav.env import MarineNavEnv
 from rl_lightning.envs.marinenav.scenario import Scenario, generate
+from rl_lightning.envs.marinenav.torchrl_env import (
+    OUTCOME_KEYS,
+    MarineNavVecEnv,
+    gym_env_kwargs,
+    make_marinenav_env,
+)
 
 __all__ = [
     "ENV_IDS",
+    "OUTCOME_KEYS",
     "PAPER_SCHEDULE",
     "Level",
     "MarineNavBatch",
     "MarineNavEnv",
+    "MarineNavVecEnv",
     "Scenario",
     "Schedule",
     "StepResult",
     "VesselParams",
     "generate",
+    "gym_env_kwargs",
+    "make_marinenav_env",
     "register_envs",
     "split_observation",
 ]

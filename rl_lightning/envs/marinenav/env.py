@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from rl_lightning.envs.marinenav import constants as C
 from rl_lightning.envs.marinenav.core import MarineNavBatch
+from rl_lightning.envs.marinenav.render import draw_frame
 from rl_lightning.envs.marinenav.scenario import Scenario
 
 
@@ -24,6 +25,49 @@ def resolve_schedule(schedule: str | dict | C.Schedule | None) -> C.Schedule | N
     if isinstance(schedule, dict):
         return C.Schedule.from_dict(schedule)
     raise TypeError(f"schedule must be 'paper', a dict, a Schedule or None, got {type(schedule).__name__}")
+
+
+def resolve_levels(
+    schedule: str | dict | C.Schedule | None,
+    num_robots: int | None = None,
+    num_cores: int | None = None,
+    num_obstacles: int | None = None,
+    min_start_goal_dis: float | None = None,
+    max_robots: int | None = None,
+) -> tuple[C.Schedule | None, C.Level | None, int]:
+    """``(schedule, fixed level, robot slots)`` of an env's arguments (see :class:`MarineNavEnv`).
+
+    Exactly one of the schedule and the fixed level is set; the robot slots default to the most robots
+    any level asks for.
+
+    Raises:
+        ValueError: a fixed-level count with a schedule, negative counts, or too few robot slots.
+    """
+    resolved = resolve_schedule(schedule)
+    fixed = {"num_robots": num_robots, "num_cores": num_cores, "num_obstacles": num_obstacles}
+    fixed["min_start_goal_dis"] = min_start_goal_dis
+    fixed_level = None
+    if resolved is not None:
+        given = [k for k, v in fixed.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} set with a schedule; pass schedule=None for a fixed level")
+        levels = resolved.levels
+    else:
+        d = C.DEFAULT_LEVEL
+        fixed_level = C.Level(
+            int(d.num_robots if num_robots is None else num_robots),
+            int(d.num_cores if num_cores is None else num_cores),
+            int(d.num_obstacles if num_obstacles is None else num_obstacles),
+            float(d.min_start_goal_dis if min_start_goal_dis is None else min_start_goal_dis),
+        )
+        if fixed_level.num_robots < 1 or fixed_level.num_cores < 0 or fixed_level.num_obstacles < 0:
+            raise ValueError(f"need num_robots >= 1 and no negative counts, got {fixed_level}")
+        levels = (fixed_level,)
+    most = max(lv.num_robots for lv in levels)
+    slots = most if max_robots is None else int(max_robots)
+    if slots < most:
+        raise ValueError(f"max_robots={slots} is below the {most} robots a level asks for")
+    return resolved, fixed_level, slots
 
 
 class MarineNavEnv(gym.Env):
@@ -53,6 +97,8 @@ class MarineNavEnv(gym.Env):
         max_robots: robot slots (default: the most any level asks for).
         perception_noise: the public env's noisy perception; ``False`` for exact replays.
         end_on_collision: end the episode at the first collision (the public evaluation's rule).
+        render_mode: ``"rgb_array"``: :meth:`render` draws the vessels, their goals and tracks, the
+            obstacles and the currents (:func:`~rl_lightning.envs.marinenav.render.draw_frame`).
 
     ``reset(options=...)`` accepts ``scenario`` (a :class:`Scenario` or a public episode record) or ``level``
     (an index into the schedule, or a :class:`~rl_lightning.envs.marinenav.constants.Level`).
@@ -64,7 +110,7 @@ class MarineNavEnv(gym.Env):
         ((3, 37), 3)
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 2}
 
     def __init__(
         self,
@@ -78,37 +124,16 @@ class MarineNavEnv(gym.Env):
         max_robots: int | None = None,
         perception_noise: bool = True,
         end_on_collision: bool = False,
+        render_mode: str | None = None,
     ) -> None:
-        self.schedule = resolve_schedule(schedule)
-        fixed = {"num_robots": num_robots, "num_cores": num_cores, "num_obstacles": num_obstacles}
-        fixed["min_start_goal_dis"] = min_start_goal_dis
-        if self.schedule is not None:
-            given = [k for k, v in fixed.items() if v is not None]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} set with a schedule; pass schedule=None for a fixed level"
-                )
-            levels = self.schedule.levels
-            self.fixed_level = None
-        else:
-            d = C.DEFAULT_LEVEL
-            self.fixed_level = C.Level(
-                int(d.num_robots if num_robots is None else num_robots),
-                int(d.num_cores if num_cores is None else num_cores),
-                int(d.num_obstacles if num_obstacles is None else num_obstacles),
-                float(d.min_start_goal_dis if min_start_goal_dis is None else min_start_goal_dis),
-            )
-            if (
-                self.fixed_level.num_robots < 1
-                or self.fixed_level.num_cores < 0
-                or self.fixed_level.num_obstacles < 0
-            ):
-                raise ValueError(f"need num_robots >= 1 and no negative counts, got {self.fixed_level}")
-            levels = (self.fixed_level,)
-        most = max(lv.num_robots for lv in levels)
-        self.max_robots = most if max_robots is None else int(max_robots)
-        if self.max_robots < most:
-            raise ValueError(f"max_robots={self.max_robots} is below the {most} robots a level asks for")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
+        self._tracks: list[np.ndarray] = []
+        self.schedule, self.fixed_level, self.max_robots = resolve_levels(
+            schedule, num_robots, num_cores, num_obstacles, min_start_goal_dis, max_robots
+        )
+        levels = self.schedule.levels if self.schedule is not None else (self.fixed_level,)
         self.continuous = continuous
         self.sim = MarineNavBatch(
             1,
@@ -158,11 +183,14 @@ class MarineNavEnv(gym.Env):
         level = None if scenario is not None else self._level(level_option)
         obs = self.sim.reset([scenario], level)
         self._done = False
+        self._tracks = []
         return obs[0], self._info()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
+        if self.render_mode is not None:
+            self._tracks.append(self.sim.pos[0].copy())
         result = self.sim.step(np.asarray(action)[None])
         self.total_steps += 1
         terminated, truncated = bool(result.env_terminated[0]), bool(result.env_truncated[0])
@@ -172,6 +200,12 @@ class MarineNavEnv(gym.Env):
         info["agent_terminated"] = result.terminated[0]
         info["agent_truncated"] = result.truncated[0]
         return result.obs[0], float(result.reward[0].sum()), terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        """The current frame ``(440, 440, 3)`` uint8 with ``render_mode="rgb_array"`` (else ``None``)."""
+        if self.render_mode is None:
+            return None
+        return draw_frame(self.sim, 0, tracks=self._tracks)
 
     def _info(self) -> dict[str, Any]:
         info = {k: v[0] for k, v in self.sim.info().items()}
