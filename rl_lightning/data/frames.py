@@ -280,11 +280,15 @@ class FrameReplay:
         )
 
     def dumps(self, path: str | Path) -> None:
-        """Writes the transition buffer (TorchRL's format) and the frames (``frames.pt``) to ``path``."""
+        """Writes the transition buffer (TorchRL's format) and the frames (``frames.pt``, with the envs'
+        current stacks) to ``path``."""
         path = Path(path)
         (path / "transitions").mkdir(parents=True, exist_ok=True)
         self.buffer.dumps(path / "transitions")
-        state = {**self.store.state_dict(), "extents": list(self._extents), "rows": self._rows}
+        state = {
+            **self.store.state_dict(), "extents": list(self._extents), "rows": self._rows,
+            "stacks": self._stacks, "lows": list(self._lows),
+        }  # fmt: skip
         torch.save(state, path / "frames.pt")
 
     def loads(self, path: str | Path) -> None:
@@ -295,4 +299,7 @@ class FrameReplay:
         self.store.load_state_dict(state)
         self._extents = deque((int(a), int(b)) for a, b in state["extents"])
         self._rows = int(state["rows"])
-        self._stacks = None
+        # The envs' current stacks: a resumed run whose envs continue their episodes goes on with them (an
+        # env that starts afresh begins a new stack at its first step, whose step count is 0).
+        self._stacks = state.get("stacks")
+        self._lows = deque((int(low) for low in state.get("lows", ())), maxlen=2)

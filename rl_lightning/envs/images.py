@@ -176,6 +176,8 @@ class MinAtarObservation(gym.ObservationWrapper):
         dtype=np.uint8,
     )  # fmt: skip
     CELL = 16
+    #: Keeps nothing between steps (:mod:`rl_lightning.envs.state` saves the env behind it).
+    stateless = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

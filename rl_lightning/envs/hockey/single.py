@@ -268,6 +268,9 @@ class DiscreteActionWrapper(gym.ActionWrapper):
     Codes: 0 nothing, 1 x-1, 2 x+1, 3 y-1, 4 y+1, 5 angle-1, 6 angle+1, 7 shoot.
     """
 
+    #: Keeps nothing between steps (:mod:`rl_lightning.envs.state` saves the env behind it).
+    stateless = True
+
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         if env.action_space.shape != (ACTION_DIM,):
