@@ -254,6 +254,28 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         if kick is not None:
             self._world.kick_puck(*kick)
 
+    def get_env_state(self) -> dict[str, Any]:
+        """The game's state as plain values (the bodies, counters, mode, whose start it was and the
+        generator), which :meth:`set_env_state` restores into an env of the same config: what a checkpoint
+        keeps of a training env (:mod:`rl_lightning.envs.state`)."""
+        return {
+            "world": self._world.body_states(), "time": self._time, "mode": self._mode.name,
+            "next_mode": None if self._next_mode is None else self._next_mode.name,
+            "one_starts": self._one_starts, "side_drawn": self._side_drawn,
+            "np_random": self.np_random.bit_generator.state,
+        }  # fmt: skip
+
+    def set_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_env_state` returned."""
+        self._world.set_body_states(state["world"])
+        self._time = int(state["time"])
+        self._mode = Mode.coerce(state["mode"])
+        self._next_mode = None if state["next_mode"] is None else Mode.coerce(state["next_mode"])
+        self._set_mode_constants()
+        self._one_starts, self._side_drawn = bool(state["one_starts"]), bool(state["side_drawn"])
+        self.np_random.bit_generator.state = state["np_random"]
+        self._state = self._world.state()
+
     def set_state(self, obs: np.ndarray) -> None:
         """Puts the game into the state an 18-dim player-1 observation describes.
 

@@ -234,6 +234,27 @@ class HockeyWorld:
         self.hold2 = int(s[17]) if self.keep_mode else 0
         self.winner = 0
 
+    def body_states(self) -> dict[str, Any]:
+        """Every dynamic body's exact state (position, angle, velocities, damping; Box2D's own float32
+        values as Python floats), the hold counters and the winner: what :meth:`set_body_states` restores."""
+        bodies = {}
+        for name in ("player1", "player2", "puck"):
+            body = getattr(self, name)
+            p, v = body.position, body.linearVelocity
+            bodies[name] = [p.x, p.y, body.angle, v.x, v.y, body.angularVelocity, body.linearDamping]
+        return {"bodies": bodies, "hold1": self.hold1, "hold2": self.hold2, "winner": self.winner}
+
+    def set_body_states(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`body_states` returned (without the contacts the bodies had: the next step
+        finds them again)."""
+        for name, (x, y, angle, vx, vy, w, damping) in state["bodies"].items():
+            body = getattr(self, name)
+            self._teleport(body, (x, y), angle)
+            body.linearVelocity = (vx, vy)
+            body.angularVelocity = w
+            body.linearDamping = damping
+        self.hold1, self.hold2, self.winner = int(state["hold1"]), int(state["hold2"]), int(state["winner"])
+
     @staticmethod
     def _teleport(body: Box2D.b2Body, position: tuple[float, float], angle: float) -> None:
         # Deactivating drops the body's contacts, so the new state starts without stale contact impulses or
