@@ -262,6 +262,11 @@ class RLDataModule(L.LightningDataModule):
             return bool(self.trainer.strategy.reduce_boolean_decision(local, all=False))
         return local
 
+    def aborting(self) -> bool:
+        """Whether Lightning received a SIGTERM of its own (the second one of a run, see
+        :mod:`rl_lightning.training.interrupt`): the run ends after the current update, unsaved."""
+        return bool(self.trainer.received_sigterm)
+
     def end_fit(self) -> None:
         self.trainer.should_stop = True
 

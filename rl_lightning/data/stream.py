@@ -50,6 +50,9 @@ class StreamControl(Protocol):
     def stop_now(self, local: bool) -> bool:
         """Whether to stop: ``local`` or a stop request, collectively over the ranks."""
 
+    def aborting(self) -> bool:
+        """Whether the run is being aborted (a second SIGTERM): it stops without finishing its round."""
+
     def end_fit(self) -> None:
         """Ends the fit after the current Lightning batch."""
 
@@ -75,7 +78,8 @@ class UpdateRound:
     copies the later samples arrive while the earlier updates run. Prioritized samples are drawn one by one:
     each must see the priorities of the update before it. A stop request is honoured between updates whose
     samples are drawn one by one, and before a round drawn in one call (which then runs to its end), so that
-    a run resumed from the checkpoint the stop writes draws what the uninterrupted run draws.
+    a run resumed from the checkpoint the stop writes draws what the uninterrupted run draws; an abort (a
+    second SIGTERM, after which no checkpoint is written) stops it between any two updates.
     """
 
     def __init__(self, stream: ExperienceStream, n: int) -> None:
@@ -108,7 +112,7 @@ class UpdateRound:
         # random numbers it took) behind, and a resumed run would draw those updates' samples anew.
         at_once = self.drawn_at_once()
         for i in range(self.n):
-            if (i == 0 or not at_once) and stream.control.stop_now(False):
+            if stream.control.stop_now(False) if i == 0 or not at_once else stream.control.aborting():
                 stream.stop()
                 return
             if stream.budget.owed <= 0:  # forfeited (an on-policy rollout's passes stopped early)
