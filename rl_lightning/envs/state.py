@@ -8,12 +8,14 @@ them back into a fresh env of the same config; both walk the wrapper chain. Whic
 - gymnasium's classic control (CartPole, Pendulum, Acrobot, MountainCar and its continuous version): the
   env's ``state`` (and the few attributes its step reads), its ``np_random`` and ``TimeLimit``'s count;
 - MinAtar: the game object's attributes and the sticky-action generator it shares with the game;
-- any env whose unwrapped class defines ``get_env_state()`` and ``set_env_state(state)`` returning and taking
-  plain values (the hockey envs do).
+- Atari: the emulator's state through the ALE's ``cloneState(include_rng=True)`` (the sticky actions'
+  generator included), the frame stack and :class:`~rl_lightning.envs.images.AtariFrames`' last screens;
+- any env or wrapper whose class defines ``get_env_state()`` and ``set_env_state(state)`` returning and
+  taking plain values (the hockey envs do; their Box2D contact cache is not in it, see the docs).
 
-Anything else (Box2D envs such as LunarLander, Atari, a wrapper this module does not know) has no saved
-state: :func:`env_state` returns ``None`` and a resumed run starts fresh episodes on its envs, seeded from
-the frame count (see ``docs/checkpoints.md``).
+Anything else (Box2D envs such as LunarLander, a wrapper this module does not know) has no saved state:
+:func:`env_state` returns ``None`` and a resumed run starts fresh episodes on its envs, seeded from the
+frame count (``docs/getting-started.md``, "Exact resume").
 """
 
 from __future__ import annotations
@@ -129,10 +131,27 @@ def _minatar_game(env: gym.Env) -> Any:
     return game if type(env).__module__ == "minatar.gym" and game is not None else None
 
 
+def _saves_itself(env: gym.Env) -> bool:
+    """Whether ``env``'s own class (a wrapper's, not what it wraps) defines the two methods."""
+    return all(callable(getattr(type(env), name, None)) for name in ("get_env_state", "set_env_state"))
+
+
+def _ale_state(env: gym.Env) -> dict[str, Any]:
+    return {"ale": env.ale.cloneState(include_rng=True).serialize(), "np_random": to_plain(env.np_random)}
+
+
+def _load_ale_state(env: gym.Env, state: dict[str, Any]) -> None:
+    from ale_py import ALEState
+
+    env.ale.restoreState(ALEState(state["ale"]))
+    env.np_random = from_plain(state["np_random"], env.np_random)
+
+
 def _base_state(env: gym.Env) -> dict[str, Any] | None:
-    own = getattr(env, "get_env_state", None)
-    if callable(own) and callable(getattr(env, "set_env_state", None)):
-        return {"own": own()}
+    if _saves_itself(env):
+        return {"own": env.get_env_state()}
+    if type(env).__module__ == "ale_py.env":  # the emulator, with the sticky actions' generator
+        return _ale_state(env)
     if type(env) in CLASSIC_CONTROL:
         attributes = _attributes(env, CLASSIC_CONTROL[type(env)])
         return {"attributes": attributes, "np_random": to_plain(env.np_random)}
@@ -148,6 +167,8 @@ def _base_state(env: gym.Env) -> dict[str, Any] | None:
 def _load_base_state(env: gym.Env, state: dict[str, Any]) -> None:
     if "own" in state:
         env.set_env_state(state["own"])
+    elif "ale" in state:
+        _load_ale_state(env, state)
     elif "attributes" in state:
         _set_attributes(env, state["attributes"])
         env.np_random = from_plain(state["np_random"], env.np_random)
@@ -171,6 +192,8 @@ def _wrapper_state(wrapper: gym.Wrapper) -> Any:
         if steps is None:
             raise NotSavable("a TimeLimit whose step count cannot be read")
         return {"elapsed_steps": steps}
+    if _saves_itself(wrapper):
+        return {"own": wrapper.get_env_state()}
     if isinstance(wrapper, FrameStackObservation):
         return {"obs_queue": to_plain(wrapper.obs_queue)}
     if isinstance(wrapper, STATELESS_WRAPPERS) or getattr(wrapper, "stateless", False):
@@ -202,7 +225,9 @@ def load_env_state(env: gym.Env, state: dict[str, Any]) -> None:
     if state["kind"] != type(layers[-1]).__name__ or len(state["wrappers"]) != len(layers) - 1:
         raise ValueError(f"the saved env state is a {state['kind']}'s, not a {type(layers[-1]).__name__}'s.")
     for wrapper, saved in zip(layers[:-1], state["wrappers"]):
-        if "elapsed_steps" in saved:
+        if "own" in saved:
+            wrapper.set_env_state(saved["own"])
+        elif "elapsed_steps" in saved:
             set_elapsed_steps(wrapper, saved["elapsed_steps"])
         elif "obs_queue" in saved:
             wrapper.obs_queue = from_plain(saved["obs_queue"])
