@@ -204,6 +204,15 @@ class HockeyWorld:
         self._shot_force = C.SHOOT_SPEED * self.puck_mass / C.DT
         self._step = world.Step
 
+    def settle(self) -> None:
+        """Lets a freshly built world find the contacts of its bodies as built, without a time step.
+
+        Box2D looks for the contacts of new bodies at the start of the next step, and for those of bodies
+        moved afterwards only at its end. A settled fresh world steps its next episode as a world that has
+        run before does: the bodies :meth:`place` moves meet what they touch at the end of the first step.
+        """
+        self._step(0.0, C.VELOCITY_ITERATIONS, C.POSITION_ITERATIONS)
+
     def place(
         self,
         player1: tuple[float, float],
