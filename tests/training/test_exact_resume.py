@@ -43,7 +43,7 @@ CASES = {
     "sac_pendulum": SMALL,
     "td3_pendulum": SMALL,
     "sac_options_pendulum": SMALL,
-    "tdmpc2_pendulum": [*TINY_TDMPC2, "replay.batch_size=24"],
+    "tdmpc2_pendulum": [*TINY_TDMPC2, "replay.batch_size=24", "collect.updates_per_frame=0.25"],
     "ppo_cartpole": [*SMALL, "algo.rollout_steps=8", "algo.epochs=2", "algo.minibatches=2"],
     "dqn_minatar": ["replay.batch_size=16"],
     "sac_hockey": [*SMALL, "env.num_envs=2", "replay.batch_size=32"],  # Box2D, replayed from its start
