@@ -11,7 +11,7 @@ them back into a fresh env of the same config; both walk the wrapper chain. Whic
 - Atari: the emulator's state through the ALE's ``cloneState(include_rng=True)`` (the sticky actions'
   generator included), the frame stack and :class:`~rl_lightning.envs.images.AtariFrames`' last screens;
 - any env or wrapper whose class defines ``get_env_state()`` and ``set_env_state(state)`` returning and
-  taking plain values (the hockey envs do; their Box2D contact cache is not in it, see the docs).
+  taking plain values (the hockey and trading envs do; their Box2D contact cache is not in it, see the docs).
 
 Anything else (Box2D envs such as LunarLander, a wrapper this module does not know) has no saved state:
 :func:`env_state` returns ``None`` and a resumed run starts fresh episodes on its envs, seeded from the

@@ -25,6 +25,7 @@ images = pytest.mark.skipif(not HAS_IMAGES, reason="needs the atari extra (ale-p
 CASES = {
     "cartpole": (EnvConfig("CartPole-v1", max_episode_steps=40), 25, 200),
     "pendulum": (EnvConfig("Pendulum-v1", max_episode_steps=30), 20, 80),
+    "trading": (EnvConfig("TradingStocks-v0", kwargs={"episode_length": 30}), 20, 80),
     "minatar": pytest.param((EnvConfig("MinAtar/Breakout-v1", preprocess="minatar"), 20, 400), marks=images),
     "atari": pytest.param(  # 3 s of emulation
         (EnvConfig("ALE/Breakout-v5", preprocess="atari", frame_stack=4), 60, 400),
