@@ -34,13 +34,13 @@ from torchrl.data.replay_buffers.samplers import SliceSampler
 __all__ = [
     "CHECKED", "HAS_EXIT_STEPS", "HAS_FAST_TD", "HAS_FOREACH", "HAS_MODULE_MOVE_HOOK",
     "HAS_PLAIN_TRAINING_FLAG", "HAS_SLICE_HOOKS", "HAS_STORAGE_BOOKKEEPING", "HAS_TRAINER_SLOT",
-    "FragmentedIndexHooks", "MoveHook",
-    "SliceSamplerHooks", "atari_frameskip", "attached_trainer", "build_td", "checked", "foreach_lerp_",
-    "foreach_mul_", "foreach_norm", "mlflow_logger_client", "mlflow_logger_unstarted", "mlflow_schema_tools",
-    "run_exit_steps", "sampler_generator", "set_mlflow_experiment_id", "set_training_flags",
-    "skip_private_key_filter", "storage_bump_revision", "storage_is_full", "storage_last_cursor",
-    "storage_note_write", "storage_revision", "storage_table", "storage_written", "td_entries",
-    "wandb_run_started",
+    "FragmentedIndexHooks", "MoveHook", "SliceSamplerHooks", "atari_frameskip", "attached_trainer",
+    "build_td", "checked", "collector_carrier", "elapsed_steps", "foreach_lerp_", "foreach_mul_",
+    "foreach_norm", "mlflow_logger_client", "mlflow_logger_unstarted", "mlflow_schema_tools",
+    "run_exit_steps", "sampler_generator", "set_collector_carrier", "set_elapsed_steps",
+    "set_mlflow_experiment_id", "set_training_flags", "skip_private_key_filter", "storage_bump_revision",
+    "storage_is_full", "storage_last_cursor", "storage_note_write", "storage_revision", "storage_table",
+    "storage_written", "td_entries", "wandb_run_started",
 ]  # fmt: skip
 
 #: The versions each group of entries was checked on, as ``[low, high)``: the fast paths run only there.
@@ -53,6 +53,7 @@ CHECKED: dict[str, tuple[str, str]] = {
     "lightning": ("2.6", "2.7"),
     "mlflow": ("3.0", "4.0"),
     "ale-py": ("0.9", "0.13"),
+    "gymnasium": ("1.0", "1.5"),
 }
 #: CPython's ``threading._shutdown`` and ``atexit._run_exitfuncs``: checked on 3.11 to 3.13.
 CHECKED_PYTHON = ((3, 11), (3, 14))
@@ -213,6 +214,37 @@ def skip_private_key_filter(collector: Any) -> bool:
         return False
     collector._exclude_private_keys = False
     return True
+
+
+#: Where a TorchRL ``Collector`` keeps the tensordict it carries from one step to the next (the envs'
+#: current observations and counters, what the policy wrote, the trajectory ids): ``_carrier`` on TorchRL
+#: 0.14.1, ``_shuttle`` on the releases before. A resumed run puts the saved one back, so that its first
+#: step continues the interrupted one's; without it the resume starts fresh episodes (resumes, not exactly).
+_CARRIER_NAMES = ("_carrier", "_shuttle")
+
+
+def collector_carrier(collector: Any) -> TensorDict | None:
+    """The collector's carried tensordict (see :data:`_CARRIER_NAMES`), ``None`` where it has none or
+    TorchRL lies outside :data:`CHECKED`."""
+    if not checked("torchrl"):
+        return None
+    for name in _CARRIER_NAMES:
+        carrier = getattr(collector, name, None)
+        if carrier is not None:
+            return carrier
+    return None
+
+
+def set_collector_carrier(collector: Any, carrier: TensorDict) -> bool:
+    """Replaces the collector's carried tensordict with ``carrier``; ``False`` (nothing changed) where
+    :func:`collector_carrier` finds none."""
+    if not checked("torchrl"):
+        return False
+    for name in _CARRIER_NAMES:
+        if getattr(collector, name, None) is not None:
+            setattr(collector, name, carrier)
+            return True
+    return False
 
 
 def sampler_generator(sampler: Any) -> torch.Generator | None:
@@ -490,6 +522,24 @@ def atari_frameskip(env: Any, fast: bool = True) -> Any:
         return env._frameskip
     spec = getattr(env, "spec", None)
     return (getattr(spec, "kwargs", None) or {}).get("frameskip")
+
+
+# ---------------------------------------------------------------------------------------------- gymnasium
+
+
+def elapsed_steps(wrapper: Any) -> int | None:
+    """The steps a gymnasium ``TimeLimit`` counted in the current episode (its ``_elapsed_steps``, checked
+    on gymnasium 1.4.0; ``None`` before the first reset, or where gymnasium lies outside :data:`CHECKED` or
+    keeps no such count: the env's state then cannot be saved)."""
+    if not checked("gymnasium"):
+        return None
+    steps = getattr(wrapper, "_elapsed_steps", None)
+    return steps if isinstance(steps, int) else None
+
+
+def set_elapsed_steps(wrapper: Any, steps: int) -> None:
+    """Sets what :func:`elapsed_steps` reads."""
+    wrapper._elapsed_steps = int(steps)
 
 
 # ----------------------------------------------------------------------------------------------- Python

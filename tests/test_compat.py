@@ -70,6 +70,36 @@ def test_the_private_key_filter_is_switched_off_only_where_it_exists() -> None:
     assert not compat.skip_private_key_filter(object())  # no such switch: left filtering
 
 
+def test_a_collectors_carried_step_is_read_and_replaced_where_it_is_kept() -> None:
+    """The carried step of a real collector (``_carrier`` on TorchRL 0.14.1) is its envs' current step;
+    replacing it is what the collector's next step acts on. Without one nothing is read or changed."""
+    import gymnasium as gym
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper
+
+    env = GymWrapper(gym.make("CartPole-v1"))
+    collector = Collector(env, None, frames_per_batch=2, total_frames=-1)
+    carrier = compat.collector_carrier(collector)
+    assert carrier is not None and carrier.get("observation").shape == (4,)
+    moved = carrier.clone()
+    assert compat.set_collector_carrier(collector, moved) and compat.collector_carrier(collector) is moved
+    assert compat.collector_carrier(object()) is None and not compat.set_collector_carrier(object(), moved)
+    collector.shutdown()
+
+
+def test_a_time_limits_count_is_read_and_set() -> None:
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1", max_episode_steps=5)
+    assert compat.elapsed_steps(env) is None  # before the first reset: no episode to save
+    env.reset(seed=0)
+    env.step(0)
+    assert compat.elapsed_steps(env) == 1
+    compat.set_elapsed_steps(env, 4)
+    assert env.step(0)[3]  # the fifth step of the episode: truncated
+    assert compat.elapsed_steps(object()) is None
+
+
 def _rows(n: int) -> TensorDict:
     t = torch.arange(n)
     return TensorDict(

@@ -31,7 +31,9 @@ from typing import Any, Protocol, runtime_checkable
 import lightning as L
 import numpy as np
 import torch
+from tensordict import TensorDict
 
+from rl_lightning.compat import collector_carrier, set_collector_carrier
 from rl_lightning.data import persistence
 from rl_lightning.data.budget import FrameBudget, Mark
 from rl_lightning.data.collection import CollectConfig, Collection, call_training_envs, start_collection
@@ -100,9 +102,12 @@ class RLDataModule(L.LightningDataModule):
         resume_replay_from: the replay directory of the checkpoint the run resumes from (loaded with the
             data module's state), ``None`` for a new run.
 
-    Resumable state (``state_dict``): the budget's counters, the episode statistics and the global RNG
-    states; the replay is saved beside the checkpoint (:meth:`save_replay`, which the checkpoint callback
-    calls) and loaded from ``resume_replay_from``. Data-parallel runs: every rank
+    Resumable state (``state_dict``): the budget's counters, the episode statistics, the global RNG states
+    and the collection's state (``collection``: the training envs' states, the collector's carried step and
+    the n-step windows held back; ``None`` where the envs' state cannot be saved, see
+    :mod:`rl_lightning.envs.state`), so that a resumed run continues every episode where it was; the replay
+    is saved beside the checkpoint (:meth:`save_replay`, which the checkpoint callback calls) and loaded
+    from ``resume_replay_from``. Data-parallel runs: every rank
     owns its envs (seeded apart), collector and replay shard; the budget counts all ranks' frames, and every
     stop decision is collective, so the ranks always stop after the same update.
     """
@@ -164,6 +169,9 @@ class RLDataModule(L.LightningDataModule):
         self.resumed_frames = 0  # frames at the start of this process's fit (non-zero after a resume)
         self.rank, self.world_size = 0, 1
         self.collection: Collection | None = None
+        #: The collection's state for the next collector to continue from: a closed collector's last one,
+        #: or a checkpoint's (``None``: the next collector starts fresh episodes).
+        self._collection_state: dict[str, Any] | None = None
         self._env_calls: dict[str, dict[str, Any]] = {}
         # A module that acts at every batch end gets every collection's batch end.
         if any(
@@ -237,13 +245,17 @@ class RLDataModule(L.LightningDataModule):
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.budget.state_dict(), **self.ingestion.state_dict(), "rng": persistence.rng_state()}
+        return {
+            **self.budget.state_dict(), **self.ingestion.state_dict(), "rng": persistence.rng_state(),
+            "collection": self.collection_state(),
+        }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.budget.load_state_dict(state)
         self.resumed_frames = self.budget.frames
         self.ingestion.load_state_dict(state)
         persistence.set_rng_state(state["rng"])
+        self._collection_state = state.get("collection")  # checkpoints before it had none
         if self.resume_replay_from is not None:
             self.load_replay(self.resume_replay_from)
 
@@ -259,28 +271,85 @@ class RLDataModule(L.LightningDataModule):
             return bool(self.trainer.strategy.reduce_boolean_decision(local, all=False))
         return local
 
+    def aborting(self) -> bool:
+        """Whether Lightning received a SIGTERM of its own (the second one of a run, see
+        :mod:`rl_lightning.training.interrupt`): the run ends after the current update, unsaved."""
+        return bool(self.trainer.received_sigterm)
+
     def end_fit(self) -> None:
         self.trainer.should_stop = True
 
     # ---------------------------------------------------------------------------- collection
     def start_collection(self) -> Collection:
-        """A fresh collector over new training envs (see :func:`start_collection`)."""
+        """A collector over new training envs (see :func:`start_collection`), which continue where the
+        envs of the collection state (:meth:`collection_state`) were, if there is one that fits them."""
         self.ingestion.reset()
+        saved, self._collection_state = self._collection_state, None
+        if saved is not None and (self.collect.workers or len(saved["env"]["envs"]) != self.env_cfg.num_envs):
+            saved = None  # the envs live in worker processes, or there are more or fewer of them now
         slices = self.replay_cfg.slice_len is not None
+        next_traj_id = self._next_traj_id() if slices else 0
+        if saved is not None and slices:
+            # The new collector numbers its envs' first trajectories from here; the saved step that then
+            # replaces its own carries the ids these trajectories had, and the next new one is the saved next.
+            next_traj_id = saved["next_traj_id"] - self.env_cfg.num_envs
         self.collection = start_collection(
             self.env_cfg, self.module, self.collect, self.copies,
-            # A resumed run continues the seed sequence instead of replaying its first episodes.
+            # Envs that start fresh continue the seed sequence instead of replaying the first episodes.
             seed=self.seed + RANK_SEED_STRIDE * self.rank + self.frames,
             random_frames=self.budget.random_frames_left(self.collect.frames_per_batch),
-            track_traj_ids=slices, next_traj_id=self._next_traj_id() if slices else 0,
+            track_traj_ids=slices, next_traj_id=next_traj_id,
             remaining_frames=max(0, self.collect.total_frames - self.frames), env_calls=self._env_calls,
             frames=self.frames,
         )  # fmt: skip
         self.ingestion.traj_offset = self.collection.traj_offset
+        if saved is not None:
+            self._continue_collection(saved)
         return self.collection
 
+    def collection_state(self) -> dict[str, Any] | None:
+        """What the training envs' next steps draw from, as plain values: each env's state (its physics, step
+        count and generators, :mod:`rl_lightning.envs.state`), the collector's carried step (the current
+        observations and what ``act`` wrote), the n-step windows held back and the next trajectory id.
+        ``None`` where the envs' state cannot be saved (worker processes, ``async`` envs, an env
+        :mod:`rl_lightning.envs.state` cannot read): a resumed run's envs then start fresh episodes."""
+        collection = self.collection
+        if collection is None:
+            return self._collection_state
+        read = getattr(collection.env, "env_state", None)  # an env of another class (marine navigation)
+        if read is None:
+            return None
+        env = read()
+        carrier = collector_carrier(collection.collector)
+        if env is None or carrier is None:
+            return None
+        nstep = self.ingestion.nstep
+        state = {
+            "env": env,
+            "carrier": carrier.clone().to_dict(),
+            "nstep": None if nstep is None else nstep.state_dict(),
+        }
+        if self.replay_cfg.slice_len is not None:
+            state["next_traj_id"] = int(collection.collector.state_dict()["traj_pool"]["traj_id"])
+        return state
+
+    def _continue_collection(self, saved: dict[str, Any]) -> None:
+        """Puts the saved collection state into the new collection's envs, collector and n-step windows."""
+        collection = self.collection
+        carrier = collector_carrier(collection.collector)
+        if carrier is None:
+            return
+        collection.env.load_env_state(saved["env"])
+        restored = TensorDict(saved["carrier"], batch_size=carrier.batch_size, device=carrier.device)
+        set_collector_carrier(collection.collector, restored)
+        if self.ingestion.nstep is not None and saved["nstep"] is not None:
+            self.ingestion.nstep.load_state_dict(saved["nstep"])
+
     def close_collector(self) -> None:
-        """Shuts the collector (its worker processes, its Ray actors and runtime) down; idempotent."""
+        """Shuts the collector (its worker processes, its Ray actors and runtime) down, keeping its state for
+        the checkpoint written next and the next collector; idempotent."""
+        if self.collection is not None:
+            self._collection_state = self.collection_state()
         collection, self.collection = self.collection, None
         if collection is not None:
             collection.collector.shutdown()
@@ -301,7 +370,10 @@ class RLDataModule(L.LightningDataModule):
     def save_replay(self, path: str) -> None:
         """Writes this rank's replay shard to the directory ``path`` (see :mod:`.persistence`)."""
         if self.replay is not None:
-            rank_state = {**self.ingestion.state_dict(), "rng": persistence.rng_state()}
+            rank_state = {
+                **self.ingestion.state_dict(), "rng": persistence.rng_state(),
+                "collection": self.collection_state(),
+            }  # fmt: skip
             persistence.save_replay(self.replay, path, self.rank, self.world_size, rank_state)
 
     def load_replay(self, path: str) -> None:
@@ -312,3 +384,4 @@ class RLDataModule(L.LightningDataModule):
         if rank_state is not None:
             self.ingestion.load_state_dict(rank_state)
             persistence.set_rng_state(rank_state["rng"])
+            self._collection_state = rank_state.get("collection")

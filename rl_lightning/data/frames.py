@@ -283,13 +283,18 @@ class FrameReplay:
         )
 
     def dumps(self, path: str | Path) -> None:
-        """Writes the transition buffer (TorchRL's format) and the frames (``frames.pt``) to ``path``."""
+        """Writes the transition buffer (TorchRL's format) and the frames (``frames.pt``, with the envs'
+        current stacks) to ``path``."""
         path = Path(path)
         (path / "transitions").mkdir(parents=True, exist_ok=True)
         self.buffer.dumps(path / "transitions")
         store = self.store.state_dict()
         store["frames"] = self.copies.to_host(store["frames"], "checkpoint")
-        state = {**store, "extents": list(self._extents), "rows": self._rows}
+        # The stacks are serials on the host: the envs' current stacks, for a run whose envs continue.
+        state = {
+            **store, "extents": list(self._extents), "rows": self._rows, "stacks": self._stacks,
+            "lows": list(self._lows),
+        }  # fmt: skip
         torch.save(state, path / "frames.pt")
 
     def loads(self, path: str | Path) -> None:
@@ -300,4 +305,7 @@ class FrameReplay:
         self.store.load_state_dict({**state, "frames": self.copies.to_replay(state["frames"], "checkpoint")})
         self._extents = deque((int(a), int(b)) for a, b in state["extents"])
         self._rows = int(state["rows"])
-        self._stacks = None
+        # The envs' current stacks: a resumed run whose envs continue their episodes goes on with them (an
+        # env that starts afresh begins a new stack at its first step, whose step count is 0).
+        self._stacks = state.get("stacks")
+        self._lows = deque((int(low) for low in state.get("lows", ())), maxlen=2)

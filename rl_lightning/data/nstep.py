@@ -19,6 +19,11 @@ __all__ = ["NStepReturns"]
 _END_KEYS = ("done", "terminated", "truncated")
 
 
+def _key(key: Any) -> Any:
+    """A nested key read back from a checkpoint (a list where a tuple was saved) as a tuple."""
+    return tuple(key) if isinstance(key, list) else key
+
+
 class NStepReturns:
     """Turns collected ``[N, T]`` batches into n-step transitions.
 
@@ -43,6 +48,16 @@ class NStepReturns:
     def reset(self) -> None:
         """Forgets held steps (the envs were restarted, so their windows will not continue)."""
         self._carry = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The held-back steps (``carry``: ``[key, tensor]`` pairs, ``None`` when none are held)."""
+        carry = None if self._carry is None else [[key, value] for key, value in self._carry.items()]
+        return {"carry": carry}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores the held-back steps of :meth:`state_dict` (of envs that continue where they were)."""
+        carry = state["carry"]
+        self._carry = None if carry is None else {_key(key): value for key, value in carry}
 
     def __call__(self, batch: TensorDictBase, keys: Sequence[Any] | None = None) -> TensorDictBase:
         """Returns the completed n-step transitions ``[N, T']`` for ``batch`` ``[N, T]``.

@@ -22,19 +22,28 @@ __all__ = ["load_replay", "rng_state", "save_replay", "set_rng_state"]
 
 
 def rng_state() -> dict[str, Any]:
-    """The global random states of torch, NumPy and Python, as plain values (checkpoints load with
-    ``torch.load(weights_only=True)``)."""
+    """The global random states of torch (CPU and, where CUDA is initialized, every GPU's), NumPy and Python,
+    as plain values (checkpoints load with ``torch.load(weights_only=True)``)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "numpy": (name, keys.tolist(), int(pos), int(has_gauss), float(cached)),
         "python": random.getstate(),
     }
+    # A process that never touched CUDA has drawn nothing from its generators (and reading them would
+    # initialize CUDA, which a DDP parent process must not do before it forks).
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restores what :func:`rng_state` returned."""
+    """Restores what :func:`rng_state` returned. The GPUs' states are restored where the process sees as
+    many GPUs as the saving one did (a GPU run resumed on a CPU has none to restore)."""
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     random.setstate(state["python"])

@@ -50,6 +50,9 @@ class StreamControl(Protocol):
     def stop_now(self, local: bool) -> bool:
         """Whether to stop: ``local`` or a stop request, collectively over the ranks."""
 
+    def aborting(self) -> bool:
+        """Whether the run is being aborted (a second SIGTERM): it stops without finishing its round."""
+
     def end_fit(self) -> None:
         """Ends the fit after the current Lightning batch."""
 
@@ -62,7 +65,8 @@ class UpdateRound:
     collection into few Lightning batches pays the training loop's per-batch cost (hooks, fetcher,
     optimizer wrappers: about a millisecond on a CPU, as much as a small network's update) once per
     round instead of once per update; callbacks that act on frames lose nothing, since frames only change
-    between collections. A stop request is honoured between updates (the rest stays owed).
+    between collections. A stop request is honoured between rounds, and between updates whose samples are
+    drawn one by one (see below); the updates left stay owed.
 
     With uniform sampling (TorchRL's ``RandomSampler``: indices drawn with replacement, independent of
     the updates) and with the slice samplers (slices drawn with replacement, a whole number of them per
@@ -72,7 +76,10 @@ class UpdateRound:
     TD-MPC2's slices with 8 envs, ``benchmarks/results/replay_overlap_cpu.json``). A replay in host memory
     sends the round's rows to the module's device in one copy before the first update, so with non-blocking
     copies the later samples arrive while the earlier updates run. Prioritized samples are drawn one by one:
-    each must see the priorities of the update before it.
+    each must see the priorities of the update before it. A stop request is honoured between updates whose
+    samples are drawn one by one, and before a round drawn in one call (which then runs to its end), so that
+    a run resumed from the checkpoint the stop writes draws what the uninterrupted run draws; an abort (a
+    second SIGTERM, after which no checkpoint is written) stops it between any two updates.
     """
 
     def __init__(self, stream: ExperienceStream, n: int) -> None:
@@ -82,10 +89,14 @@ class UpdateRound:
     def __len__(self) -> int:
         return self.n
 
+    def drawn_at_once(self) -> bool:
+        """Whether the round's samples are drawn in one call (see the class doc)."""
+        return self.n > 1 and type(self.stream.replay.sampler) in ROUND_SAMPLERS
+
     def _samples(self) -> Iterator[TensorDictBase]:
         stream = self.stream
         replay, copies = stream.replay, stream.copies
-        if self.n > 1 and type(replay.sampler) in ROUND_SAMPLERS:
+        if self.drawn_at_once():
             with warnings.catch_warnings():  # the buffer's batch size is the one of a single update
                 warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
                 rows = replay.sample(stream.batch_size * self.n)
@@ -97,8 +108,11 @@ class UpdateRound:
     def __iter__(self) -> Iterator[TensorDictBase]:
         stream = self.stream
         samples = self._samples()
-        for _ in range(self.n):
-            if stream.control.stop_now(False):
+        # Samples drawn at once are all used: a stop between them would leave the rest of the draw (and the
+        # random numbers it took) behind, and a resumed run would draw those updates' samples anew.
+        at_once = self.drawn_at_once()
+        for i in range(self.n):
+            if stream.control.stop_now(False) if i == 0 or not at_once else stream.control.aborting():
                 stream.stop()
                 return
             if stream.budget.owed <= 0:  # forfeited (an on-policy rollout's passes stopped early)

@@ -26,6 +26,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 __all__ = [
     "ATARI_EXTRA",
@@ -157,6 +158,15 @@ class AtariFrames(gym.Wrapper):
         self.screens[1].fill(0)
         return self._frame(), info
 
+    def get_env_state(self) -> dict[str, Any]:
+        """The last two screens (a step that ends the episode early pools with them): what a checkpoint keeps
+        of this wrapper (:mod:`rl_lightning.envs.state`)."""
+        return {"screens": torch.from_numpy(self.screens.copy())}
+
+    def set_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_env_state` returned."""
+        self.screens[:] = state["screens"].numpy()
+
     def _frame(self) -> np.ndarray:
         np.maximum(self.screens[0], self.screens[1], out=self.screens[0])
         (rows, row_taps), (cols, col_taps) = self.rows, self.cols
@@ -176,6 +186,8 @@ class MinAtarObservation(gym.ObservationWrapper):
         dtype=np.uint8,
     )  # fmt: skip
     CELL = 16
+    #: Keeps nothing between steps (:mod:`rl_lightning.envs.state` saves the env behind it).
+    stateless = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -58,6 +58,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from rl_lightning.envs.state import from_plain, to_plain
+
 __all__ = ["DATASETS", "TRADING_ENV_IDS", "TradingEnv", "load_prices", "register_trading_envs"]
 
 #: Bundled series: the package that ships it, its file in the package, date column, date format.
@@ -224,6 +226,17 @@ class TradingEnv(gym.Env):
         self._t, self._end = (first - 1, last) if self.split != "train" else (first, last)
         self._position, self._wealth = 0.0, 1.0
         return self._obs(), {"position": 0.0, "asset_return": 0.0, "wealth": 1.0}
+
+    def get_env_state(self) -> dict[str, Any]:
+        """The episode's position in the prices, the held position, the wealth and the generator, as plain
+        values: what a checkpoint keeps of a training env (:mod:`rl_lightning.envs.state`)."""
+        values = (self._t, self._end, self._position, self._wealth)  # NumPy scalars among them stay so
+        return {"values": to_plain(values), "np_random": self.np_random.bit_generator.state}
+
+    def set_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_env_state` returned."""
+        self._t, self._end, self._position, self._wealth = from_plain(state["values"])
+        self.np_random.bit_generator.state = state["np_random"]
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self.discrete:

@@ -33,6 +33,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from rl_lightning.compat import build_td
+from rl_lightning.envs.state import env_state, load_env_state
 
 __all__ = ["GymVecEnv", "action_spec_from_space"]
 
@@ -298,6 +299,40 @@ class GymVecEnv(EnvBase):
         spaces = [e.action_space for e in self.envs] or [self._vec.action_space]
         for i, space in enumerate(spaces):
             space.seed(seed + i)
+
+    def env_state(self) -> dict[str, Any] | None:
+        """What the next steps of every env draw from, as plain values (:mod:`rl_lightning.envs.state`): each
+        gymnasium env's state and this env's running returns and step counts. ``None`` where an env's state
+        cannot be read, and in ``async`` mode (the envs live in worker processes)."""
+        if self._vec is not None:
+            return None
+        envs = [env_state(env) for env in self.envs]
+        if any(state is None for state in envs):
+            return None
+        return {
+            "envs": envs,
+            "observation": torch.from_numpy(self._obs.copy()),
+            "return": torch.from_numpy(self._return.copy()),
+            "length": torch.from_numpy(self._length.copy()),
+            "info": {k: torch.from_numpy(v.copy()) for k, v in self._info.items()},
+        }
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`env_state` returned into these envs (made from the same config, reset).
+
+        Raises:
+            ValueError: ``state`` holds another number of envs, or another env's state.
+        """
+        if self._vec is not None or len(state["envs"]) != len(self.envs):
+            raise ValueError(f"the saved state holds {len(state['envs'])} envs in this process, not these.")
+        for env, saved in zip(self.envs, state["envs"]):
+            load_env_state(env, saved)
+        self._obs[:] = state["observation"].numpy()
+        self._return[:] = state["return"].numpy()
+        self._length[:] = state["length"].numpy()
+        for k, v in state["info"].items():
+            self._info[k][:] = v.numpy()
+        self._seed = None
 
     def call_gym_envs(self, method: str, **kwargs: Any) -> None:
         """Calls ``method(**kwargs)`` of every gymnasium env (found through its wrappers), wherever it runs.

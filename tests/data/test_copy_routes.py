@@ -65,6 +65,10 @@ ALLOWED = {
         "the env's guard for callers outside a fit; in a fit actions arrive on the host through the switch",
     ("rl_lightning/envs/marinenav/torchrl_env.py", "action.detach().cpu()"):
         "the env's guard for callers outside a fit; in a fit actions arrive on the host through the switch",
+    ("rl_lightning/data/datamodule.py",
+     "TensorDict(saved['carrier'], batch_size=carrier.batch_size, device=carrier.device)"):
+        "a resumed collector's carried step, from the checkpoint on the host to the collector's env device, "
+        "which collector_devices puts on the host: no copy",
     ("rl_lightning/envs/agents.py", "TensorDict(nested, batch_size=[E * R, T], device=batch.device)"):
         "labels a TensorDict with the device its leaves are already on: no copy",
     ("rl_lightning/envs/agents.py", "TensorDict(entries, batch_size=[E * R, T], device=batch.device)"):

@@ -135,7 +135,7 @@ def test_prioritized_samples_keep_their_weights_and_frames():
 
 
 def test_the_frames_round_trip_through_a_checkpoint(tmp_path):
-    batches = collected(ATARI, steps=80, frames_per_batch=8)
+    *batches, following = collected(ATARI, steps=84, frames_per_batch=8)
     _, frames = fill(ATARI, batches, capacity=500, frame_capacity=20_000)
     frames.dumps(tmp_path / "replay")
     # The frames written, not the whole allocated ring (20k frames, 141 MB).
@@ -152,6 +152,11 @@ def test_the_frames_round_trip_through_a_checkpoint(tmp_path):
     # Every frame written, not the ring's unwritten slots (torch.empty: whatever memory held before).
     held = torch.arange(frames.store.oldest, frames.store.written)
     assert torch.equal(restored.store.get(held), frames.store.get(held))
+    # The envs' current stacks came back too: the next batch, whose episodes go on (a resumed run's envs
+    # continue theirs), gets the stacks it would have got without the round trip.
+    assert not (following.get("step_count")[:, 0] == 0).any()
+    ours, theirs = restored.index(following.clone()), frames.index(following.clone())
+    assert torch.equal(ours.get("obs_frames"), theirs.get("obs_frames"))
 
 
 def test_the_store_keeps_the_last_capacity_frames_in_a_ring():

@@ -182,6 +182,9 @@ class _Control:
     def stop_now(self, _: bool) -> bool:
         return self.stop_after is not None and self.budget.updates >= self.stop_after
 
+    def aborting(self) -> bool:
+        return False
+
     def end_fit(self) -> None:
         self.ended = True
 
@@ -234,9 +237,14 @@ def test_a_round_draws_its_samples_at_once_and_prioritized_ones_one_by_one(kind,
         for s in samples:
             traj, step = s[TRAJ_KEY].view(4, slice_len), s["step_count"].view(4, slice_len)
             assert (traj == traj[:, :1]).all() and (step.diff(dim=1) == 1).all()
-    # A stop request ends the round between updates; the rest stays owed.
+    # A stop request ends a round drawn one by one between updates, the rest owed; a round drawn at once
+    # runs to its end (a stop between its updates would leave the rest of the draw behind), and a stop
+    # before it does none of it.
     stream = round_stream(replay, 12, stop_after=2)
-    assert len(list(UpdateRound(stream, 6))) == 2 and stream.budget.owed == 8 and stream.control.ended
+    done = len(list(UpdateRound(stream, 6)))
+    assert done == (2 if kind == "prioritized" else 6) and stream.budget.owed == 10 - done
+    stream = round_stream(replay, 12, stop_after=0)
+    assert len(list(UpdateRound(stream, 6))) == 0 and stream.budget.owed == 10 and stream.control.ended
 
 
 @pytest.mark.parametrize("num_envs", [1, 8])

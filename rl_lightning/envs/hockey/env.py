@@ -132,6 +132,9 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         self._time = 0
         self._set_mode_constants()
         self._state = self._world.state()
+        #: The episode's start and both players' actions since, which replay it in a fresh world (``None``
+        #: once :meth:`set_state` moved the bodies).
+        self._episode: dict[str, Any] | None = None
         # Actions pass through this float32 buffer: one C-level copy casts and shape-checks them.
         self._action = np.zeros(2 * ACTION_DIM, dtype=np.float32)
         self._window: Window | None = None
@@ -210,9 +213,16 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         elif self._next_mode is not None:
             self._mode, self._next_mode = self._next_mode, None
             self._set_mode_constants()
-        if seed is not None:
-            self._world.build()
-        self._place(options.get("one_starting"), draw_side=seed is not None or not self._side_drawn)
+        # A fresh world for every episode: its physics is then a function of its start and its actions alone
+        # (Box2D's solver order follows the world's history), which is what lets a checkpoint replay it. A
+        # seeded episode starts as in a world just made (as the course env's); the episodes after it as in a
+        # world that has run before (settled: the bodies moved to their starts meet what they touch at the
+        # end of the first step), as they did when the world was kept between episodes.
+        self._world.build()
+        if seed is None:
+            self._world.settle()
+        draw_side = seed is not None or not self._side_drawn
+        self._place(options.get("one_starting"), draw_side=draw_side, settled=seed is None)
         self._side_drawn = True
         self._time = 0
         state = self._world.state()
@@ -221,7 +231,7 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
             self.render()
         return np.array(state, dtype=np.float32), self._info(state)
 
-    def _place(self, one_starting: bool | None, draw_side: bool) -> None:
+    def _place(self, one_starting: bool | None, draw_side: bool, settled: bool) -> None:
         # Draws happen in the course env's order (player 2, then puck, then the shot's aim), so a seed gives
         # the same start positions there and here.
         rng = self.np_random
@@ -253,6 +263,47 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         self._world.place(C.PLAYER1_START, p2, puck)
         if kick is not None:
             self._world.kick_puck(*kick)
+        self._episode = {"start": self._world.body_states(), "kick": kick, "actions": [], "settled": settled}
+
+    def get_env_state(self) -> dict[str, Any]:
+        """The game's state as plain values (the episode's start and actions, the bodies, counters, mode,
+        whose start it was and the generator), which :meth:`set_env_state` restores into an env of the same
+        config: what a checkpoint keeps of a training env (:mod:`rl_lightning.envs.state`)."""
+        return {
+            "episode": self._episode, "world": self._world.body_states(), "time": self._time,
+            "mode": self._mode.name,
+            "next_mode": None if self._next_mode is None else self._next_mode.name,
+            "one_starts": self._one_starts, "side_drawn": self._side_drawn,
+            "np_random": self.np_random.bit_generator.state,
+        }  # fmt: skip
+
+    def set_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_env_state` returned: the episode is replayed in a fresh world from its
+        start with the same actions, which gives Box2D's contacts and solver order too, bit for bit. After
+        :meth:`set_state` (no episode to replay) the bodies are put where they were, without their contacts:
+        the steps after that may differ in the last bits where bodies touch."""
+        episode = state["episode"]
+        if episode is None:
+            self._world.set_body_states(state["world"])
+        else:
+            world = self._world
+            world.build()
+            if episode["settled"]:
+                world.settle()
+            world.place(*((x, y) for x, y, *_ in episode["start"]["bodies"].values()))
+            if episode["kick"] is not None:
+                world.kick_puck(*episode["kick"])
+            for action in episode["actions"]:
+                world.step(action)
+            episode = {**episode, "actions": [list(a) for a in episode["actions"]]}
+        self._episode = episode
+        self._time = int(state["time"])
+        self._mode = Mode.coerce(state["mode"])
+        self._next_mode = None if state["next_mode"] is None else Mode.coerce(state["next_mode"])
+        self._set_mode_constants()
+        self._one_starts, self._side_drawn = bool(state["one_starts"]), bool(state["side_drawn"])
+        self.np_random.bit_generator.state = state["np_random"]
+        self._state = self._world.state()
 
     def set_state(self, obs: np.ndarray) -> None:
         """Puts the game into the state an 18-dim player-1 observation describes.
@@ -262,6 +313,7 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         values = np.asarray(obs, dtype=np.float64).reshape(OBS_DIM).tolist()
         self._world.set_state(values)
+        self._episode = None
         self._state = self._world.state()
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -280,6 +332,8 @@ class HockeyEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _step(self, a: list[float]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         world = self._world
+        if self._episode is not None:
+            self._episode["actions"].append(a)
         world.step(a)
         state = world.state()
         self._state = state

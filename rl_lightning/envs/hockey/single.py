@@ -254,6 +254,25 @@ class HockeyVsOpponentEnv(HockeyEnv):
             self._play(self._choice.mix.draw(self.np_random))
         return obs, info
 
+    def get_env_state(self) -> dict[str, Any]:
+        """:meth:`HockeyEnv.get_env_state` with the episode's opponent and the BasicOpponent's generator."""
+        basic = self._basic
+        return {
+            **super().get_env_state(), "opponent": self.opponent_name, "seeded": self._opponent_seeded,
+            "basic": {"weak": basic.weak, "phase": basic.phase, "rng": basic.rng.bit_generator.state},
+        }  # fmt: skip
+
+    def set_env_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_env_state` returned (the opponents a curriculum set are the env's
+        config: the run sets them again on a resumed run's envs)."""
+        super().set_env_state(state)
+        name = state["opponent"]
+        self._play(name if name in NAMED_OPPONENTS or name in self._choice.policies else None)
+        self._opponent_seeded = bool(state["seeded"])
+        basic = state["basic"]
+        self._basic.weak, self._basic.phase = bool(basic["weak"]), float(basic["phase"])
+        self._basic.rng.bit_generator.state = basic["rng"]
+
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Advances one tick with player 1's (4,) action and the opponent's reply to the current state."""
         buf = self._action
@@ -267,6 +286,9 @@ class DiscreteActionWrapper(gym.ActionWrapper):
 
     Codes: 0 nothing, 1 x-1, 2 x+1, 3 y-1, 4 y+1, 5 angle-1, 6 angle+1, 7 shoot.
     """
+
+    #: Keeps nothing between steps (:mod:`rl_lightning.envs.state` saves the env behind it).
+    stateless = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -204,6 +204,15 @@ class HockeyWorld:
         self._shot_force = C.SHOOT_SPEED * self.puck_mass / C.DT
         self._step = world.Step
 
+    def settle(self) -> None:
+        """Lets a freshly built world find the contacts of its bodies as built, without a time step.
+
+        Box2D looks for the contacts of new bodies at the start of the next step, and for those of bodies
+        moved afterwards only at its end. A settled fresh world steps its next episode as a world that has
+        run before does: the bodies :meth:`place` moves meet what they touch at the end of the first step.
+        """
+        self._step(0.0, C.VELOCITY_ITERATIONS, C.POSITION_ITERATIONS)
+
     def place(
         self,
         player1: tuple[float, float],
@@ -233,6 +242,27 @@ class HockeyWorld:
         self.hold1 = int(s[16]) if self.keep_mode else 0
         self.hold2 = int(s[17]) if self.keep_mode else 0
         self.winner = 0
+
+    def body_states(self) -> dict[str, Any]:
+        """Every dynamic body's exact state (position, angle, velocities, damping; Box2D's own float32
+        values as Python floats), the hold counters and the winner: what :meth:`set_body_states` restores."""
+        bodies = {}
+        for name in ("player1", "player2", "puck"):
+            body = getattr(self, name)
+            p, v = body.position, body.linearVelocity
+            bodies[name] = [p.x, p.y, body.angle, v.x, v.y, body.angularVelocity, body.linearDamping]
+        return {"bodies": bodies, "hold1": self.hold1, "hold2": self.hold2, "winner": self.winner}
+
+    def set_body_states(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`body_states` returned (without the contacts the bodies had: the next step
+        finds them again)."""
+        for name, (x, y, angle, vx, vy, w, damping) in state["bodies"].items():
+            body = getattr(self, name)
+            self._teleport(body, (x, y), angle)
+            body.linearVelocity = (vx, vy)
+            body.angularVelocity = w
+            body.linearDamping = damping
+        self.hold1, self.hold2, self.winner = int(state["hold1"]), int(state["hold2"]), int(state["winner"])
 
     @staticmethod
     def _teleport(body: Box2D.b2Body, position: tuple[float, float], angle: float) -> None:
