@@ -269,10 +269,13 @@ class PPO(RLModule):
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
-        """Rollouts instead of a replay: each collection, ``epochs`` passes of ``minibatches``."""
+        """Rollouts instead of a replay: each collection, ``epochs`` passes of ``minibatches``, whose rows
+        keep what :meth:`losses` reads."""
         hp = self.hparams
         rollout = RolloutRequirements(hp.rollout_steps, hp.epochs, hp.minibatches, hp.target_kl)
-        return ReplayRequirements(discount=hp.gamma, rollout=rollout)
+        sample = "action" if self.discrete else "raw_action"
+        keys = ("observation", sample, "log_prob", "state_value", "advantage", "value_target")
+        return ReplayRequirements(discount=hp.gamma, rollout=rollout, sample_keys=keys)
 
     # ------------------------------------------------------------------ the policy
     def _distribution(self, observation: Tensor) -> tuple[Tensor, Tensor | None]:
