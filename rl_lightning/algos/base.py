@@ -114,7 +114,8 @@ class ReplayRequirements:
             path adds (n-step's ``steps_to_next_obs``): every other key (done flags, episode counters,
             info entries) would be written at every frame and gathered at every sample for nothing.
             ``None`` stores everything collected; sub-trajectory samples always do (the sampler reads the
-            trajectory ids).
+            trajectory ids). With a ``rollout``: the keys of a prepared rollout that ``update`` reads
+            (collected ones and those ``prepare_rollout`` writes); the minibatches carry only these.
         rollout: an on-policy algorithm's rollouts instead of a replay (``None``: a replay).
     """
 

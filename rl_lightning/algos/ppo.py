@@ -118,6 +118,11 @@ def ppo_losses(
     }
 
 
+def _taken(log_p: Tensor, action: Tensor) -> Tensor:
+    """The log-probabilities ``[B]`` of the taken actions ``[B]`` among ``log_p`` ``[B, A]``."""
+    return log_p.gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
+
+
 def _layer(layer: nn.Linear, std: float) -> nn.Linear:
     """Orthogonal weights with gain ``std`` and zero biases (CleanRL's ``layer_init``)."""
     nn.init.orthogonal_(layer.weight, std)
@@ -269,10 +274,13 @@ class PPO(RLModule):
 
     # ------------------------------------------------------------------ protocol
     def replay_requirements(self) -> ReplayRequirements:
-        """Rollouts instead of a replay: each collection, ``epochs`` passes of ``minibatches``."""
+        """Rollouts instead of a replay: each collection, ``epochs`` passes of ``minibatches``, whose rows
+        keep what :meth:`losses` reads."""
         hp = self.hparams
         rollout = RolloutRequirements(hp.rollout_steps, hp.epochs, hp.minibatches, hp.target_kl)
-        return ReplayRequirements(discount=hp.gamma, rollout=rollout)
+        sample = "action" if self.discrete else "raw_action"
+        keys = ("observation", sample, "log_prob", "state_value", "advantage", "value_target")
+        return ReplayRequirements(discount=hp.gamma, rollout=rollout, sample_keys=keys)
 
     # ------------------------------------------------------------------ the policy
     def _distribution(self, observation: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -285,19 +293,26 @@ class PPO(RLModule):
             return out, self.log_std.expand_as(out).exp()
         return out[..., :a], out[..., a:].exp()
 
-    def _log_prob_entropy(self, first: Tensor, scale: Tensor | None, sample: Tensor) -> tuple[Tensor, Tensor]:
+    def _log_prob_entropy(
+        self, first: Tensor, scale: Tensor | None, sample: Tensor, entropy_grad: bool = True
+    ) -> tuple[Tensor, Tensor]:
         """Log-probability of ``sample`` (the action index, or the unclipped pre-squash Gaussian sample)
         under the distribution :meth:`_distribution` gave, and its entropy, ``[B]`` each (a squashed
-        Gaussian's entropy is the Gaussian's, as CleanRL and SB3 report it)."""
+        Gaussian's entropy is the Gaussian's, as CleanRL and SB3 report it). ``entropy_grad=False``: the
+        entropy is computed outside autograd (a metric only, when its loss weight is 0)."""
+        with_grad = entropy_grad and torch.is_grad_enabled()
         if scale is None:
             log_p = torch.log_softmax(first.float(), -1)
-            entropy = -(log_p.exp() * log_p).sum(-1)
-            return log_p.gather(-1, sample.long().reshape(-1, 1)).squeeze(-1), entropy
+            with torch.set_grad_enabled(with_grad):
+                entropy = -(log_p.exp() * log_p).sum(-1)
+            return _taken(log_p, sample), entropy
         dist = torch.distributions.Normal(first, scale)
         log_prob = dist.log_prob(sample).sum(-1)
         if self.hparams.action_squash == "tanh":  # log |d tanh(u) / du| = 2 (log 2 - u - softplus(-2u))
             log_prob = log_prob - (2 * (math.log(2) - sample - nn.functional.softplus(-2 * sample))).sum(-1)
-        return log_prob, dist.entropy().sum(-1)
+        with torch.set_grad_enabled(with_grad):
+            entropy = dist.entropy().sum(-1)
+        return log_prob, entropy
 
     def _to_env(self, sample: Tensor) -> Tensor:
         """The env's action for a Gaussian sample: clipped or squashed into ``[-1, 1]``, then scaled."""
@@ -310,13 +325,16 @@ class PPO(RLModule):
         first, scale = self._distribution(td.get("observation"))
         if scale is None:  # Gumbel-max: a categorical sample without a host sync
             gumbel = -torch.log(-torch.log(torch.rand_like(first, dtype=torch.float32).clamp_min(1e-20)))
-            sample = action = (torch.log_softmax(first.float(), -1) + gumbel).argmax(-1)
+            log_p = torch.log_softmax(first.float(), -1)
+            action = (log_p + gumbel).argmax(-1)
+            log_prob = _taken(log_p, action)  # what _log_prob_entropy gives, without the entropy
         else:
             sample = first + scale * torch.randn_like(first)
             action = self._to_env(sample)
             td.set("raw_action", sample)
+            log_prob = self._log_prob_entropy(first, scale, sample)[0]
         td.set("action", action)
-        td.set("log_prob", self._log_prob_entropy(first, scale, sample)[0])
+        td.set("log_prob", log_prob)
         return td
 
     @without_grad
@@ -361,7 +379,8 @@ class PPO(RLModule):
         hp = self.hparams
         obs = batch.get("observation")
         sample = batch.get("action") if self.discrete else batch.get("raw_action")
-        log_prob, entropy = self._log_prob_entropy(*self._distribution(obs), sample)
+        # Without an entropy bonus the entropy is a metric: its backward would only add zeros.
+        log_prob, entropy = self._log_prob_entropy(*self._distribution(obs), sample, hp.entropy_coef != 0)
         value = self.critic(obs.float()).squeeze(-1)
         advantage = batch.get("advantage")
         if hp.normalize_advantages:

@@ -222,7 +222,7 @@ class RLDataModule(L.LightningDataModule):
         if rollout is not None:  # on-policy: each collection is a rollout on the module's device
             return RolloutBuffer(
                 self.module.prepare_rollout, rollout.epochs, rollout.minibatches, rollout.target_kl,
-                self.copies, self.collect.frames_per_batch,
+                self.copies, self.collect.frames_per_batch, self.requirements.sample_keys,
             )  # fmt: skip
         interleaved = self.env_cfg.num_envs > 1  # several envs write a step each per collection
         buffer = make_replay_buffer(self.replay_cfg, interleaved, self.copies)

@@ -22,13 +22,14 @@ so a run stopped between two minibatches resumes with the same ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rl_lightning.compat import build_td, td_entries
 from rl_lightning.data.transfer import DeviceCopies
 
 __all__ = ["RolloutBuffer"]
@@ -51,6 +52,10 @@ class RolloutBuffer:
             cut to end at ``total_frames``) is split into proportionally fewer minibatches, so they keep
             their size (at least one); the updates the budget granted beyond its passes are forfeited.
             ``None``: every rollout is split into ``minibatches``.
+        keys: the keys of a prepared rollout that the update reads (the algorithm's ``sample_keys``): the
+            rows keep only these, so each minibatch gathers them alone instead of every collected entry
+            (done flags, episode counters, the next observations ``prepare`` has already read). ``None``:
+            every key.
 
     There is no TorchRL sampler (``sampler`` is ``None``): the stream draws one minibatch per update.
     """
@@ -65,11 +70,13 @@ class RolloutBuffer:
         target_kl: float | None = None,
         copies: DeviceCopies | None = None,
         rollout_rows: int | None = None,
+        keys: Sequence[Any] | None = None,
     ) -> None:
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs={epochs} and minibatches={minibatches} must be >= 1.")
         self.prepare, self.epochs, self.target_kl = prepare, epochs, target_kl
         self.full_minibatches, self.rollout_rows = minibatches, rollout_rows
+        self.keys = None if keys is None else tuple(keys)
         self.minibatches = minibatches  # this rollout's split
         cpu = torch.device("cpu")
         self.copies = DeviceCopies(cpu, cpu) if copies is None else copies
@@ -84,6 +91,14 @@ class RolloutBuffer:
     def extend_rollout(self, rollout: TensorDictBase) -> None:
         """Replaces the rollout with ``rollout`` ``[N, T]`` (already on the module's device), prepared."""
         self.prepare(rollout)
+        if self.keys is not None:
+            missing = [k for k in self.keys if k not in rollout.keys(True)]
+            if missing:
+                raise KeyError(
+                    f"the algorithm's replay_requirements().sample_keys name {missing}, which a prepared "
+                    "rollout lacks; declare only keys the env, act or prepare_rollout writes."
+                )
+            rollout = rollout.select(*self.keys)
         self.rows = rollout.reshape(-1)
         self.order, self.epoch, self.cursor = None, 0, 0
         self.minibatches = self._split(len(self))
@@ -105,7 +120,7 @@ class RolloutBuffer:
         self.cursor += 1
         if self.cursor == self.minibatches:
             self.order, self.cursor, self.epoch = None, 0, self.epoch + 1
-        return self.rows[idx]
+        return _take(self.rows, idx)
 
     def observe(self, output: TensorDictBase) -> bool:
         """After each update: ``True`` when the rollout's remaining updates are to be forfeited: its passes
@@ -147,3 +162,21 @@ class RolloutBuffer:
         self.minibatches = self._split(len(self))
         self.order = None if saved["order"] is None else self.copies.to_module(saved["order"], "checkpoint")
         self.epoch, self.cursor = int(position["epoch"]), int(position["cursor"])
+
+
+def _take(rows: TensorDictBase, idx: torch.Tensor) -> TensorDictBase:
+    """``rows[idx]`` for a 1-D index of rows, built leaf by leaf with ``index_select`` for a plain
+    ``TensorDict`` of tensors (the same values): TensorDict's indexing checks the index and works out the
+    batch size per call, 47 against 16 us for PPO's six entries of a CartPole rollout on a CPU. Anything
+    else (lazy stacks, non-tensor entries) is indexed by TensorDict."""
+    if type(rows) is not TensorDict:
+        return rows[idx]
+    entries: dict[str, Any] = {}
+    for name, value in td_entries(rows).items():
+        if type(value) is torch.Tensor:
+            entries[name] = value.index_select(0, idx)
+        elif type(value) is TensorDict:
+            entries[name] = _take(value, idx)
+        else:
+            return rows[idx]
+    return build_td(entries, torch.Size([idx.numel(), *rows.batch_size[1:]]), rows.device)

@@ -130,6 +130,34 @@ def test_an_update_raises_the_probability_of_actions_with_a_positive_advantage(d
     assert out["explained_variance"] == explained
 
 
+@pytest.mark.parametrize("discrete", [True, False])
+def test_without_an_entropy_bonus_the_entropy_stays_out_of_the_backward_with_the_same_steps(
+    discrete: bool,
+) -> None:
+    def trained(entropy_in_graph: bool) -> tuple[PPO, list[torch.Tensor]]:
+        torch.manual_seed(2)
+        module = PPO(*specs(discrete), lr=1e-2, entropy_coef=0.0)
+        if entropy_in_graph:  # the update as it was: the entropy's zero-weighted term in the backward
+            plain = module._log_prob_entropy
+            module._log_prob_entropy = lambda first, scale, sample, entropy_grad=True: plain(
+                first, scale, sample
+            )
+        rollout = rollout_of(module)
+        module.prepare_rollout(rollout)
+        for _ in range(4):
+            module.update(rollout.reshape(-1))
+        return module, [p.detach().clone() for p in module.parameters()]
+
+    module, params = trained(entropy_in_graph=False)
+    _, reference = trained(entropy_in_graph=True)
+    assert all(torch.equal(a, b) for a, b in zip(params, reference, strict=True))
+    batch = rollout_of(module)
+    module.prepare_rollout(batch)
+    assert not module.losses(batch.reshape(-1))["entropy"].requires_grad
+    module.hparams.entropy_coef = 0.01  # a bonus: the entropy's gradient counts
+    assert module.losses(batch.reshape(-1))["entropy"].requires_grad
+
+
 def test_the_learning_rate_and_the_clipping_range_anneal_over_the_frames() -> None:
     module = PPO(*specs(True), lr=1e-3, anneal_frames=1000, anneal_clip=True, clip_coef=0.2)
     opt = module.optimizer()

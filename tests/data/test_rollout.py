@@ -33,6 +33,28 @@ def test_each_pass_draws_every_row_once_in_a_new_order_after_the_rollout_is_prep
     assert buffer.epoch == 3
 
 
+def test_the_rows_keep_the_declared_keys_and_each_minibatch_gathers_the_same_values() -> None:
+    def prepare(td: TensorDict) -> None:
+        td.set("advantage", td.get("x").sum(-1))
+
+    full = rollout(3, 4)
+    full.set(("next", "x"), torch.randn(3, 4, 3))
+    keys = ("row", "advantage", ("next", "x"))
+    buffer = RolloutBuffer(prepare, epochs=1, minibatches=2, keys=keys)
+    buffer.extend_rollout(full)
+    assert set(buffer.rows.keys(True, True)) == {"row", "advantage", ("next", "x")}  # "x" left behind
+    torch.manual_seed(0)
+    first = buffer.sample()
+    torch.manual_seed(0)
+    idx = torch.randperm(12).tensor_split(2)[0]
+    expected = full.reshape(-1)[idx]
+    assert first.batch_size == (6,) and first["next"].batch_size == (6,)
+    for key in keys:
+        assert torch.equal(first[key], expected[key])
+    with pytest.raises(KeyError, match=r"sample_keys name \['value'\]"):
+        RolloutBuffer(prepare, epochs=1, minibatches=2, keys=("row", "value")).extend_rollout(rollout())
+
+
 def test_a_pass_ending_above_the_target_kl_forfeits_the_rest() -> None:
     buffer = RolloutBuffer(lambda td: None, epochs=4, minibatches=2, target_kl=0.01)
     buffer.extend_rollout(rollout())
