@@ -23,8 +23,12 @@ every robot stopped or after 1001 steps; success means every robot reached its g
 the public deployment does: AC-IQN and DDPG take the actor's output, IQN the argmax of the mean of 32
 quantiles at uniform random fractions, DQN the argmax, SAC a sample ``(2/π)·atan(μ + σ·ε)``. The public
 interpreter borrows torch from this one's site-packages (appended after its own numpy, scipy and gym).
-Rates are compared with a chi-square test on the 2x3 table of outcomes, travel time, energy and path length
-of successful episodes with Welch's t-test.
+Each rate (success, collision, timeout) is compared with a two-proportion z-test, the 2x3 table of outcomes
+with a chi-square test, travel time, energy and path length of successful episodes with Welch's t-test.
+Episodes come in chunks of ``--chunk`` (chunk i: scenarios from the public generator seeded with
+``--seed + i``), the agents in turn, one chunk each; the JSON is written after every chunk with each
+agent's counts and sums, so an interrupted run (or one stopped by ``--max-seconds``) resumes where it
+left off when run again with the same seed and chunk size.
 
 Noisy perception's random streams differ between the envs (their distributions are the same by
 construction), so the policy comparison is statistical, not step for step.
@@ -260,7 +264,7 @@ def public_policy_eval(src: str, torch_site: str, spec_file: str, out_file: str)
     agent, continuous = spec["agent"], AGENTS[spec["agent"]] == "continuous"
     maker, runner = MarineNavEnv3(seed=spec["seed"]), MarineNavEnv3(seed=spec["seed"])
     episodes = []
-    for k in range(spec["episodes"]):
+    for k in range(spec["first"], spec["first"] + spec["episodes"]):
         robots, cores, obstacles, min_dis = EVAL_LEVELS[k % len(EVAL_LEVELS)]
         maker.num_robots, maker.num_cores, maker.num_obs = robots, cores, obstacles
         maker.min_start_goal_dis = min_dis
@@ -358,29 +362,67 @@ def our_policy_eval(
     return out
 
 
-def summarize(episodes: list[dict]) -> dict:
-    n = len(episodes)
-    success = sum(e["success"] for e in episodes)
-    collision = sum(e["collision"] and not e["success"] for e in episodes)
+RATES = ("success", "collision", "timeout")
+MEANS = ("time", "energy", "path_length")
+
+
+def chunk_stats(episodes: list[dict]) -> dict:
+    """What a chunk of episodes contributes to an agent's figures, in a form that adds up across chunks:
+    the outcome counts and, over the successful episodes, count, sum and sum of squares of each mean."""
     good = [e for e in episodes if e["success"]]
-    row = {"episodes": n, "success": success, "collision": collision, "timeout": n - success - collision}
-    for key in ("success", "collision", "timeout"):
-        row[f"{key}_rate"] = row[key] / n
-    for key in ("time", "energy", "path_length"):
-        values = np.array([e[key] for e in good])
-        row[f"{key}_mean"] = float(values.mean()) if len(values) else None
-        row[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else None
+    stats = {
+        "episodes": len(episodes),
+        "success": len(good),
+        "collision": sum(e["collision"] and not e["success"] for e in episodes),
+    }
+    stats["timeout"] = stats["episodes"] - stats["success"] - stats["collision"]
+    for key in MEANS:
+        values = np.array([e[key] for e in good], dtype=np.float64)
+        stats[key] = {"n": len(values), "sum": float(values.sum()), "sumsq": float((values**2).sum())}
+    return stats
+
+
+def merge_stats(a: dict | None, b: dict) -> dict:
+    """The stats of two disjoint sets of episodes taken together."""
+    if a is None:
+        return b
+    out = {k: a[k] + b[k] for k in ("episodes", *RATES)}
+    for key in MEANS:
+        out[key] = {f: a[key][f] + b[key][f] for f in ("n", "sum", "sumsq")}
+    return out
+
+
+def moments(sums: dict) -> tuple[int, float | None, float | None]:
+    """Count, mean and sample standard deviation from a count, sum and sum of squares."""
+    n = sums["n"]
+    mean = sums["sum"] / n if n else None
+    var = max(0.0, (sums["sumsq"] - n * mean * mean) / (n - 1)) if n > 1 else None
+    return n, mean, (math.sqrt(var) if var is not None else None)
+
+
+def summarize(stats: dict) -> dict:
+    n = stats["episodes"]
+    row = {"episodes": n, **{k: stats[k] for k in RATES}}
+    for key in RATES:
+        row[f"{key}_rate"] = stats[key] / n
+    for key in MEANS:
+        _, row[f"{key}_mean"], row[f"{key}_std"] = moments(stats[key])
     return row
+
+
+def two_proportion(k1: int, n1: int, k2: int, n2: int) -> dict:
+    """Two-sided two-proportion z-test (pooled variance) of k1/n1 against k2/n2."""
+    pooled = (k1 + k2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return {"difference": 0.0, "z": 0.0, "p_value": 1.0}
+    z = (k1 / n1 - k2 / n2) / se
+    return {"difference": k1 / n1 - k2 / n2, "z": z, "p_value": math.erfc(abs(z) / math.sqrt(2))}
 
 
 def chi_square_outcomes(a: dict, b: dict) -> dict:
     """Chi-square test of equal outcome distributions (success, collision, timeout) in two samples."""
-    table = np.array(
-        [
-            [a[k] for k in ("success", "collision", "timeout")],
-            [b[k] for k in ("success", "collision", "timeout")],
-        ]
-    )
+    table = np.array([[a[k] for k in RATES], [b[k] for k in RATES]])
     table = table[:, table.sum(0) > 0]
     expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
     stat = float(((table - expected) ** 2 / expected).sum())
@@ -390,14 +432,27 @@ def chi_square_outcomes(a: dict, b: dict) -> dict:
     return {"statistic": stat, "dof": dof, "p_value": p}
 
 
-def welch(a: list[float], b: list[float]) -> dict:
-    """Welch's t-test with a normal approximation of the p-value (samples of hundreds)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if len(a) < 2 or len(b) < 2:
+def welch(a: dict, b: dict) -> dict:
+    """Welch's t-test from two samples' count, sum and sum of squares, with a normal approximation of the
+    p-value (samples of hundreds)."""
+    (na, ma, sa), (nb, mb, sb) = moments(a), moments(b)
+    if na < 2 or nb < 2:
         return {"t": None, "p_value": None}
-    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
-    t = float((a.mean() - b.mean()) / se) if se > 0 else 0.0
+    se = math.sqrt(sa * sa / na + sb * sb / nb)
+    t = (ma - mb) / se if se > 0 else 0.0
     return {"t": t, "p_value": math.erfc(abs(t) / math.sqrt(2))}
+
+
+def parity_tests(public: dict, ours: dict) -> dict:
+    """Each rate by a two-proportion test, the outcome table by chi-square, each mean by Welch's t-test."""
+    tests = {"outcomes_chi_square": chi_square_outcomes(public, ours)}
+    for key in RATES:
+        tests[f"{key}_rate_two_proportion"] = two_proportion(
+            public[key], public["episodes"], ours[key], ours["episodes"]
+        )
+    for key in MEANS:
+        tests[f"{key}_welch"] = welch(public[key], ours[key])
+    return tests
 
 
 def wrap(angle: np.ndarray) -> np.ndarray:
@@ -420,14 +475,17 @@ def replay_cases(args: argparse.Namespace, tmp: str) -> dict:
     return results
 
 
-def policy_parity(args: argparse.Namespace, agent: str, tmp: str) -> dict:
+def policy_chunk(args: argparse.Namespace, agent: str, index: int, tmp: str) -> dict:
+    """Chunk ``index`` of an agent's episodes: ``--chunk`` scenarios drawn by the public env seeded with
+    ``--seed + index``, continuing the evaluation schedule's cycle, played in both envs."""
     import time
 
     import torch
 
     model = str(Path(args.policies, f"traced_{agent}_model.pt"))
     spec_file, out_file = Path(tmp, f"{agent}.spec.json"), Path(tmp, f"{agent}.episodes.json")
-    spec = {"agent": agent, "model": model, "episodes": args.episodes, "seed": args.seed}
+    seed = args.seed + index
+    spec = {"agent": agent, "model": model, "episodes": args.chunk, "first": index * args.chunk, "seed": seed}
     spec_file.write_text(json.dumps(spec))
     torch_site = str(Path(torch.__file__).resolve().parent.parent)
     started = time.perf_counter()
@@ -446,21 +504,51 @@ def policy_parity(args: argparse.Namespace, agent: str, tmp: str) -> dict:
     public_seconds = time.perf_counter() - started
     public = json.loads(out_file.read_text())
     started = time.perf_counter()
-    ours = our_policy_eval(agent, model, [e["record"] for e in public], args.seed)
+    ours = our_policy_eval(agent, model, [e["record"] for e in public], seed)
     our_seconds = time.perf_counter() - started
-    a, b = summarize(public), summarize(ours)
-    tests = {"outcomes_chi_square": chi_square_outcomes(a, b)}
-    for key in ("time", "energy", "path_length"):
-        tests[f"{key}_welch"] = welch(
-            [e[key] for e in public if e["success"]], [e[key] for e in ours if e["success"]]
-        )
+    return {
+        "public": chunk_stats(public),
+        "ours": chunk_stats(ours),
+        "seconds": {"public": public_seconds, "ours": our_seconds},
+    }
+
+
+def agent_row(row: dict | None, args: argparse.Namespace, index: int, chunk: dict) -> dict:
+    """An agent's results with one more chunk merged in; a row made with another seed or chunk size (or
+    before results came in chunks) is started afresh."""
     from _common import command_line
 
-    # Agents may come from separate runs (results are merged): each row says how it was made.
-    row = {"command": command_line(), "episodes_per_agent": args.episodes, "seed": args.seed}
-    row.update(public=a, ours=b, tests=tests, seconds={"public": public_seconds, "ours": our_seconds})
-    print(agent, json.dumps(row), flush=True)
-    return row
+    if row is None or row.get("seed") != args.seed or row.get("chunk") != args.chunk:
+        row = {"seed": args.seed, "chunk": args.chunk, "chunks_done": [], "stats": {}, "seconds": {}}
+    stats = {side: merge_stats(row["stats"].get(side), chunk[side]) for side in ("public", "ours")}
+    seconds = {side: row["seconds"].get(side, 0.0) + chunk["seconds"][side] for side in ("public", "ours")}
+    commands = list(row.get("commands", []))
+    if command_line() not in commands:
+        commands.append(command_line())
+    return {
+        # Chunks may come from several runs (an interrupted run resumes): each row says how it was made.
+        "commands": commands,
+        "seed": args.seed,
+        "chunk": args.chunk,
+        "chunks_done": sorted([*row["chunks_done"], index]),
+        "episodes_per_agent": stats["public"]["episodes"],
+        "public": summarize(stats["public"]),
+        "ours": summarize(stats["ours"]),
+        "tests": parity_tests(stats["public"], stats["ours"]),
+        "stats": stats,
+        "seconds": seconds,
+    }
+
+
+def next_chunk(row: dict | None, args: argparse.Namespace) -> int | None:
+    """The first chunk an agent still lacks for ``--episodes`` episodes, or None when it has them."""
+    done = (
+        set(row["chunks_done"])
+        if row and row.get("seed") == args.seed and row.get("chunk") == args.chunk
+        else set()
+    )
+    wanted = range(math.ceil(args.episodes / args.chunk))
+    return next((i for i in wanted if i not in done), None)
 
 
 def main() -> None:
@@ -473,6 +561,12 @@ def main() -> None:
     parser.add_argument("--agents", default=",".join(AGENTS), help="comma-separated agents for policy parity")
     parser.add_argument("--episodes", type=int, default=500, help="scenarios per agent for policy parity")
     parser.add_argument("--seed", type=int, default=253, help="scenario and policy seed for policy parity")
+    parser.add_argument(
+        "--chunk", type=int, default=50, help="episodes per chunk (results are saved and resumed per chunk)"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=math.inf, help="start no new chunk after this many seconds"
+    )
     parser.add_argument("--skip-replay", action="store_true", help="only the policy parity")
     parser.add_argument(
         "--out", default=None, help="result JSON (default benchmarks/results/marinenav_parity.json)"
@@ -487,14 +581,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         replay = previous.get("replay", {}) if args.skip_replay else replay_cases(args, tmp)
         policies = dict(previous.get("policies", {}))
-        save(path, replay, policies, tolerances)
+        save(path, replay, policies, tolerances, args.episodes)
         if args.policies:
-            for agent in args.agents.split(","):
-                policies[agent] = policy_parity(args, agent, tmp)
-                save(path, replay, policies, tolerances)
+            import time
+
+            started = time.monotonic()
+            # Round robin over the agents, one chunk at a time: a run cut short leaves every agent with
+            # about as many episodes, and the next run with the same seed and chunk size completes them.
+            while time.monotonic() - started < args.max_seconds:
+                pending = [(a, next_chunk(policies.get(a), args)) for a in args.agents.split(",")]
+                pending = [(a, i) for a, i in pending if i is not None]
+                if not pending:
+                    break
+                for agent, index in pending:
+                    if time.monotonic() - started >= args.max_seconds:
+                        break
+                    chunk = policy_chunk(args, agent, index, tmp)
+                    policies[agent] = agent_row(policies.get(agent), args, index, chunk)
+                    print(agent, index, json.dumps(policies[agent]["public"]), flush=True)
+                    save(path, replay, policies, tolerances, args.episodes)
 
 
-def save(path: Path, replay: dict, policies: dict, tolerances: dict) -> None:
+def save(path: Path, replay: dict, policies: dict, tolerances: dict, goal: int = 500) -> None:
     """Writes the results so far (after the replays and after each agent: a long run keeps its parts)."""
     from _common import write
 
@@ -519,8 +627,8 @@ def save(path: Path, replay: dict, policies: dict, tolerances: dict) -> None:
         "replay": replay,
         "policies": policies,
         "policy_protocol": {
-            "scenarios": "drawn by the public env seeded with --seed, cycling through the public evaluation "
-            "schedule's six levels; the same scenarios in both envs",
+            "scenarios": "in chunks of --chunk episodes, chunk i drawn by the public env seeded with --seed + i, "
+            "cycling through the public evaluation schedule's six levels; the same scenarios in both envs",
             "rules": "public evaluation: ends at the first collision, when all robots stopped, or after 1001 "
             "steps; success = every robot reached its goal; perception noise on",
             "means": "time, energy, path length: per-episode means over robots, successful episodes only",
@@ -530,9 +638,11 @@ def save(path: Path, replay: dict, policies: dict, tolerances: dict) -> None:
             "the Rainbow policy (its TorchScript file in the public repository is empty)",
         ],
     }
-    short = sorted({r["public"]["episodes"] for r in policies.values() if r["public"]["episodes"] < 500})
+    short = {a: r["episodes_per_agent"] for a, r in policies.items() if r["episodes_per_agent"] < goal}
     if short:
-        payload["not_covered"].append(f"the goal of 500+ episodes per agent (this run: {short})")
+        payload["not_covered"].append(
+            f"the goal of {goal} episodes per agent: {short} so far (rerun the command: it resumes)"
+        )
     missing = [a for a in AGENTS if a not in policies]
     if missing:
         payload["not_covered"].append(f"policies not evaluated in this run: {missing}")
