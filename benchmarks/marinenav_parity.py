@@ -551,6 +551,196 @@ def next_chunk(row: dict | None, args: argparse.Namespace) -> int | None:
     return next((i for i in wanted if i not in done), None)
 
 
+#: The speed benchmark's scenario level (robots, cores, obstacles, min start-goal distance) and layout.
+SPEED_LEVEL = (5, 8, 4, 30.0)
+SPEED_ENVS = 5 + 3
+
+
+def per_robot_actions(model, agent: str, own, objects, mask):
+    """Actions as the public code computes them: one policy call and one ``.cpu().numpy()`` per robot."""
+    return np.array([policy_actions(model, agent, own[i : i + 1], objects[i : i + 1], mask[i : i + 1])[0]
+                     for i in range(len(own))])  # fmt: skip
+
+
+def timed(step, seconds: float, warmup: int) -> dict:
+    """Calls ``step()`` (which returns the robot steps it took) ``warmup`` times untimed, then until
+    ``seconds`` of this process's CPU time have passed; robot steps per CPU second and per wall second."""
+    import time
+
+    for _ in range(warmup):
+        step()
+    robot_steps, calls = 0, 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    while time.process_time() - cpu < seconds:
+        robot_steps += step()
+        calls += 1
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        "robot_steps": robot_steps,
+        "env_steps": calls * SPEED_ENVS,
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "robot_steps_per_cpu_s": robot_steps / cpu,
+        "robot_steps_per_wall_s": robot_steps / wall,
+    }
+
+
+def one_core() -> None:
+    """Pins this process to one core with one thread for torch and the BLAS libraries."""
+    import os
+
+    import torch
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+
+
+def public_speed(src: str, torch_site: str, spec_file: str, out_file: str) -> None:
+    """Times the public env (this interpreter is the public env's): ``SPEED_ENVS`` of its envs stepped in a
+    loop with random actions, and the same loop acting with the pretrained policy robot by robot."""
+    sys.path.insert(0, src)
+    sys.path.append(torch_site)
+    import torch
+    from marinenav_env.envs.marinenav_env import MarineNavEnv3
+
+    one_core()
+    spec = json.loads(Path(spec_file).read_text())
+    torch.manual_seed(spec["seed"])
+    model = torch.jit.load(spec["model"])
+    rng = np.random.default_rng(spec["seed"])
+    envs, observations, lengths = [], [], []
+    for i in range(SPEED_ENVS):
+        env = MarineNavEnv3(seed=spec["seed"] + i)
+        env.num_robots, env.num_cores, env.num_obs, env.min_start_goal_dis = SPEED_LEVEL
+        observations.append(env.reset()[0])
+        envs.append(env)
+        lengths.append(0)
+
+    def step(policy: bool) -> int:
+        robot_steps = 0
+        for i, env in enumerate(envs):
+            active = [j for j, r in enumerate(env.robots) if not r.deactivated]
+            actions = [None] * len(env.robots)
+            if policy:
+                rows = [pack(observations[i][j]) for j in active]
+                own = np.array([r[:7] for r in rows])
+                objects = np.array([np.reshape(r[7:32], (5, 5)) for r in rows])
+                mask = np.array([r[32:] for r in rows])
+                chosen = per_robot_actions(model, spec["agent"], own, objects, mask)
+            else:
+                chosen = rng.integers(0, 25, size=len(active))
+            for j, a in zip(active, chosen):
+                actions[j] = int(a)
+            observations[i], _, _, _ = env.step(actions, False)
+            robot_steps += len(active)
+            for rob in env.robots:
+                if rob.collision or rob.reach_goal:
+                    rob.deactivated = True
+            lengths[i] += 1
+            if lengths[i] > 1000 or env.check_all_deactivated():
+                observations[i], lengths[i] = env.reset()[0], 0
+        return robot_steps
+
+    out = {
+        "env": timed(lambda: step(False), spec["seconds"], spec["warmup"]),
+        "per_robot_loop": timed(lambda: step(True), spec["seconds"], spec["warmup"]),
+    }
+    Path(out_file).write_text(json.dumps(out))
+
+
+def our_speed(agent: str, model_path: str, seed: int, seconds: float, warmup: int) -> dict:
+    """Times our env: ``SPEED_ENVS`` envs stepped as one batch with random actions, the batched acting
+    loop (one policy call for every robot of every env) and the same env acting robot by robot."""
+    import torch
+
+    from rl_lightning.envs.marinenav import Level, MarineNavBatch, split_observation
+
+    one_core()
+    torch.manual_seed(seed)
+    model = torch.jit.load(model_path)
+    level = Level(*SPEED_LEVEL)
+    rng = np.random.default_rng(seed)
+
+    def loop(act) -> dict:
+        robots, cores, obstacles, _ = SPEED_LEVEL
+        sim = MarineNavBatch(SPEED_ENVS, robots, obstacles, cores)
+        sim.seed(seed)
+        state = {"obs": sim.reset(level=level)}
+
+        def step() -> int:
+            moving = sim.active
+            actions = np.zeros(moving.shape, dtype=np.int64)
+            if act is None:
+                actions[:] = rng.integers(0, 25, size=moving.shape)
+            elif moving.any():
+                own, objects, mask = split_observation(state["obs"][moving].astype(np.float64))
+                actions[moving] = act(model, agent, own, objects, mask)
+            result = sim.step(actions)
+            obs = result.obs
+            for i in np.flatnonzero(result.env_terminated | result.env_truncated):
+                obs[i] = sim.reset_env(int(i), level=level)
+            state["obs"] = obs
+            return int(moving.sum())
+
+        return timed(step, seconds, warmup)
+
+    return {
+        "env": loop(None),
+        "batched_loop": loop(policy_actions),
+        "per_robot_loop": loop(per_robot_actions),
+    }
+
+
+def speed(args: argparse.Namespace, tmp: str) -> dict:
+    """Both envs and both acting loops, ``--speed-rounds`` times in turn; the best round of each."""
+    import torch
+
+    agent = "IQN"
+    model = str(Path(args.policies, f"traced_{agent}_model.pt"))
+    spec = {"agent": agent, "model": model, "seed": args.seed, "seconds": args.speed_seconds, "warmup": 20}
+    spec_file, out_file = Path(tmp, "speed.spec.json"), Path(tmp, "speed.json")
+    spec_file.write_text(json.dumps(spec))
+    torch_site = str(Path(torch.__file__).resolve().parent.parent)
+    rounds = []
+    for _ in range(args.speed_rounds):
+        ours = our_speed(agent, model, args.seed, args.speed_seconds, 20)
+        subprocess.run(
+            [args.public_python, __file__, "--role-speed", args.public_src, torch_site, str(spec_file),
+             str(out_file)],
+            check=True,
+        )  # fmt: skip
+        rounds.append({"ours": ours, "public": json.loads(out_file.read_text())})
+        print(json.dumps(rounds[-1]), flush=True)
+    return speed_summary(rounds)
+
+
+def speed_summary(rounds: list[dict]) -> dict:
+    """Each measurement's best round (robot steps per CPU second) and the ratios the issue asks for."""
+
+    def best(side: str, name: str) -> float:
+        return max(r[side][name]["robot_steps_per_cpu_s"] for r in rounds)
+
+    env_ours, env_public = best("ours", "env"), best("public", "env")
+    batched, per_robot = best("ours", "batched_loop"), best("ours", "per_robot_loop")
+    public_loop = best("public", "per_robot_loop")
+    return {
+        "robot_steps_per_cpu_s": {
+            "env_ours": env_ours,
+            "env_public": env_public,
+            "batched_loop_ours": batched,
+            "per_robot_loop_ours": per_robot,
+            "per_robot_loop_public": public_loop,
+        },
+        "ratios": {
+            "env_ours_over_public": env_ours / env_public,
+            "batched_over_per_robot_loop_ours": batched / per_robot,
+            "batched_loop_ours_over_per_robot_loop_public": batched / public_loop,
+        },
+        "rounds": rounds,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--public-python", required=True, help="interpreter of the public env's venv")
@@ -571,9 +761,35 @@ def main() -> None:
     parser.add_argument(
         "--out", default=None, help="result JSON (default benchmarks/results/marinenav_parity.json)"
     )
+    parser.add_argument(
+        "--speed", action="store_true", help="time the envs and acting loops instead (marinenav_speed.json)"
+    )
+    parser.add_argument("--speed-seconds", type=float, default=10.0, help="CPU seconds per speed measurement")
+    parser.add_argument("--speed-rounds", type=int, default=2, help="speed measurements of each kind")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import RESULTS
+    from _common import RESULTS, write
+
+    if args.speed:
+        if not args.policies:
+            parser.error("--speed needs --policies (the acting loops use the pretrained IQN policy)")
+        with tempfile.TemporaryDirectory() as tmp:
+            result = speed(args, tmp)
+        payload = {
+            "what": f"robot steps per second on one core: {SPEED_ENVS} envs of {SPEED_LEVEL[0]} robots "
+            f"(level {list(SPEED_LEVEL)}: robots, cores, obstacles, min start-goal distance); ours stepped "
+            "as one batch, the public env's envs one after another with its per-robot action lists; random "
+            "actions (env) or the pretrained IQN policy acting (loops: ours with one policy call for all "
+            "robots, or robot by robot with one call and one .cpu().numpy() each as the public code does)",
+            "protocol": "one thread, pinned to one core; 20 warm-up steps untimed; robot steps counted over "
+            "the robots active at each step; per CPU second of the process (the machine is shared: wall "
+            "seconds are in the rounds); each figure is the best of --speed-rounds rounds run in turn",
+            "goal": "env throughput >= 10x the public env's",
+            **result,
+        }
+        path = Path(args.out) if args.out else RESULTS / "marinenav_speed.json"
+        print(json.dumps(result["ratios"]), "->", write("marinenav_speed", payload, path))
+        return
 
     path = Path(args.out) if args.out else RESULTS / "marinenav_parity.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
@@ -627,8 +843,9 @@ def save(path: Path, replay: dict, policies: dict, tolerances: dict, goal: int =
         "replay": replay,
         "policies": policies,
         "policy_protocol": {
-            "scenarios": "in chunks of --chunk episodes, chunk i drawn by the public env seeded with --seed + i, "
-            "cycling through the public evaluation schedule's six levels; the same scenarios in both envs",
+            "scenarios": "in chunks of --chunk episodes, chunk i drawn by the public env seeded with "
+            "--seed + i, cycling through the public evaluation schedule's six levels; the same scenarios in "
+            "both envs",
             "rules": "public evaluation: ends at the first collision, when all robots stopped, or after 1001 "
             "steps; success = every robot reached its goal; perception noise on",
             "means": "time, energy, path length: per-episode means over robots, successful episodes only",
@@ -655,5 +872,7 @@ if __name__ == "__main__":
         public_trace(*sys.argv[2:])
     elif len(sys.argv) == 6 and sys.argv[1] == "--role-policy":
         public_policy_eval(*sys.argv[2:])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--role-speed":
+        public_speed(*sys.argv[2:])
     else:
         main()
