@@ -373,7 +373,7 @@ def chunk_stats(episodes: list[dict]) -> dict:
     stats = {
         "episodes": len(episodes),
         "success": len(good),
-        "collision": sum(e["collision"] and not e["success"] for e in episodes),
+        "collision": int(sum(bool(e["collision"]) and not e["success"] for e in episodes)),
     }
     stats["timeout"] = stats["episodes"] - stats["success"] - stats["collision"]
     for key in MEANS:
@@ -518,7 +518,7 @@ def agent_row(row: dict | None, args: argparse.Namespace, index: int, chunk: dic
     before results came in chunks) is started afresh."""
     from _common import command_line
 
-    if row is None or row.get("seed") != args.seed or row.get("chunk") != args.chunk:
+    if not chunks_done(row, args):
         row = {"seed": args.seed, "chunk": args.chunk, "chunks_done": [], "stats": {}, "seconds": {}}
     stats = {side: merge_stats(row["stats"].get(side), chunk[side]) for side in ("public", "ours")}
     seconds = {side: row["seconds"].get(side, 0.0) + chunk["seconds"][side] for side in ("public", "ours")}
@@ -540,13 +540,16 @@ def agent_row(row: dict | None, args: argparse.Namespace, index: int, chunk: dic
     }
 
 
+def chunks_done(row: dict | None, args: argparse.Namespace) -> set[int]:
+    """The chunks of an agent's row that this run can build on (same seed and chunk size)."""
+    if row and row.get("seed") == args.seed and row.get("chunk") == args.chunk:
+        return set(row["chunks_done"])
+    return set()
+
+
 def next_chunk(row: dict | None, args: argparse.Namespace) -> int | None:
     """The first chunk an agent still lacks for ``--episodes`` episodes, or None when it has them."""
-    done = (
-        set(row["chunks_done"])
-        if row and row.get("seed") == args.seed and row.get("chunk") == args.chunk
-        else set()
-    )
+    done = chunks_done(row, args)
     wanted = range(math.ceil(args.episodes / args.chunk))
     return next((i for i in wanted if i not in done), None)
 
@@ -741,6 +744,62 @@ def speed_summary(rounds: list[dict]) -> dict:
     }
 
 
+def _p(test: dict) -> str:
+    return "–" if test["p_value"] is None else f"{test['p_value']:.2f}"
+
+
+def _pair(a: float | None, b: float | None, fmt: str) -> str:
+    return " / ".join("–" if v is None else format(v, fmt) for v in (a, b))
+
+
+def parity_table(results: dict) -> str:
+    """The policy parity of ``marinenav_parity.json`` as a markdown table: per agent, the outcome counts in
+    the public env and ours with each rate's two-proportion p-value, the chi-square p-value of the outcome
+    table, and the means over successful episodes with Welch's p-values."""
+    rows = [
+        "| policy (episodes per env) | success public / ours | collision public / ours "
+        "| timeout public / ours | two-proportion p (success, collision, timeout) "
+        "| χ² p | time s | energy | path m "
+        "| Welch p (time, energy, path) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for agent in AGENTS:
+        if agent not in results["policies"]:
+            continue
+        r = results["policies"][agent]
+        pub, ours, tests = r["public"], r["ours"], r["tests"]
+        counts = [f"{pub[k]} / {ours[k]}" for k in RATES]
+        rates = ", ".join(_p(tests[f"{k}_rate_two_proportion"]) for k in RATES)
+        means = [_pair(pub[f"{k}_mean"], ours[f"{k}_mean"], f) for k, f in zip(MEANS, (".1f", ".0f", ".1f"))]
+        welch_p = ", ".join(_p(tests[f"{k}_welch"]) for k in MEANS)
+        name = agent.replace("_", "-")
+        rows.append(
+            f"| {name} ({pub['episodes']}) | {' | '.join(counts)} | {rates} "
+            f"| {_p(tests['outcomes_chi_square'])} | {' | '.join(means)} | {welch_p} |"
+        )
+    return "\n".join(rows)
+
+
+def speed_table(results: dict) -> str:
+    """``marinenav_speed.json`` as a markdown table: robot steps per CPU second of each measurement and
+    the ratios."""
+    steps, ratios = results["robot_steps_per_cpu_s"], results["ratios"]
+    rows = [
+        "| on one core, 8 envs of 5 robots | ours (robot steps / CPU s) "
+        "| the public way (robot steps / CPU s) | ratio |",
+        "| --- | --- | --- | --- |",
+        f"| env only, random actions: ours batched, the public env's 8 envs in a loop "
+        f"| {steps['env_ours']:,.0f} | {steps['env_public']:,.0f} | {ratios['env_ours_over_public']:.1f}× |",
+        f"| acting with the IQN policy: ours batched, the public env with one call per robot "
+        f"| {steps['batched_loop_ours']:,.0f} | {steps['per_robot_loop_public']:,.0f} "
+        f"| {ratios['batched_loop_ours_over_per_robot_loop_public']:.1f}× |",
+        f"| acting with the IQN policy in our env: one call for all robots, one call per robot "
+        f"| {steps['batched_loop_ours']:,.0f} | {steps['per_robot_loop_ours']:,.0f} "
+        f"| {ratios['batched_over_per_robot_loop_ours']:.2f}× |",
+    ]
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--public-python", required=True, help="interpreter of the public env's venv")
@@ -802,11 +861,16 @@ def main() -> None:
             import time
 
             started = time.monotonic()
+
+            def chunks(agent: str) -> int:
+                return len(chunks_done(policies.get(agent), args))
+
             # Round robin over the agents, one chunk at a time: a run cut short leaves every agent with
             # about as many episodes, and the next run with the same seed and chunk size completes them.
             while time.monotonic() - started < args.max_seconds:
                 pending = [(a, next_chunk(policies.get(a), args)) for a in args.agents.split(",")]
-                pending = [(a, i) for a, i in pending if i is not None]
+                # The agents with the fewest chunks first: a resumed run evens them out.
+                pending = sorted(((a, i) for a, i in pending if i is not None), key=lambda p: chunks(p[0]))
                 if not pending:
                     break
                 for agent, index in pending:
