@@ -129,7 +129,7 @@ def test_tables_render_the_counts_and_ratios(parity) -> None:
     assert len(cells) == lines[0].count("|") - 1
 
     def measured(steps: float) -> dict:
-        return {"robot_steps_per_cpu_s": steps}
+        return {"robot_steps_per_cpu_s": steps, "env_steps_per_cpu_s": steps / 2}
 
     rounds = [
         {"ours": {"env": measured(100.0), "batched_loop": measured(40.0), "per_robot_loop": measured(20.0)},
@@ -141,6 +141,7 @@ def test_tables_render_the_counts_and_ratios(parity) -> None:
     # The best round of each measurement: 120 / 6, 40 / 25, 40 / 4.
     assert summary["ratios"] == {
         "env_ours_over_public": pytest.approx(20.0),
+        "env_steps_ours_over_public": pytest.approx(20.0),
         "batched_over_per_robot_loop_ours": pytest.approx(1.6),
         "batched_loop_ours_over_per_robot_loop_public": pytest.approx(10.0),
     }
