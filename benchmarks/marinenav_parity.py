@@ -926,7 +926,9 @@ def save(path: Path, replay: dict, policies: dict, tolerances: dict, goal: int =
         },
         "not_covered": [
             "noisy perception streams step for step (different generators; same distributions)",
-            "the Rainbow policy (its TorchScript file in the public repository is empty)",
+            "the Rainbow policy: the public tree lists pretrained_models/traced_Rainbow_model.pt, but its "
+            "content is missing from the stored snapshot of the repository (its blob id is not the empty "
+            "file's), so it could not be loaded",
         ],
     }
     short = {a: r["episodes_per_agent"] for a, r in policies.items() if r["episodes_per_agent"] < goal}
