@@ -288,6 +288,18 @@ def hockey_agent(name: str) -> str:
     return "\n".join(rows)
 
 
+def marinenav_parity(name: str) -> str:
+    """The pretrained policies in the public env and ours (``benchmarks/marinenav_parity.py``'s
+    ``parity_table``): outcome counts, the tests per rate and the means over successful episodes."""
+    return _benchmark("marinenav_parity").parity_table(_result(name))
+
+
+def marinenav_speed(name: str) -> str:
+    """Our marine-navigation env and acting loops against the public env's, robot steps per CPU second
+    (``benchmarks/marinenav_parity.py --speed``'s ``speed_table``)."""
+    return _benchmark("marinenav_parity").speed_table(_result(name))
+
+
 #: Renderer name -> the function that renders its table from its arguments (the speed and memory tables'
 #: renderers live in ``tables_speed.py`` beside this file).
 TABLES: dict[str, Callable[..., str]] = {
@@ -302,6 +314,8 @@ TABLES: dict[str, Callable[..., str]] = {
     "trading": trading,
     "planning_calibration": planning_calibration,
     "planning_sweep": planning_sweep,
+    "marinenav_parity": marinenav_parity,
+    "marinenav_speed": marinenav_speed,
 }
 
 
