@@ -23,6 +23,8 @@ TDMPC2_TINY = [
     "env.num_envs=1",  # one env finishes hockey episodes (up to 251 steps) within the smoke run's 300 frames
     "eval.episodes=1",  # a game per opponent: up to 251 planned steps each
 ]  # fmt: skip
+#: Presets that compile their updates through the hockey curriculum (the smoke run leaves the compile out).
+COMPILED_CURRICULA = {"tdmpc2_hockey_curriculum", "tdmpc2_hockey_planning"}
 #: PPO's presets cut to rollouts that divide the smoke run's 300 frames.
 PPO_SMALL = ["env.num_envs=2", "algo.rollout_steps=50", "algo.epochs=1", "algo.minibatches=2"]
 #: Experiments whose smoke fit, with checks of their own, is in tests/algos/test_tdmpc2_module.py, (the
@@ -53,8 +55,8 @@ def test_smoke_fit_records_an_mlflow_run_evaluates_and_resumes(name: str, tmp_pa
         *(["env.num_envs=1"] if name.endswith("_curriculum") else []),
         # PPO: three rollouts of 2 envs x 50 steps, one short pass each (a preset's rollout is thousands).
         *(PPO_SMALL if name.startswith("ppo") else []),
-        # Without the preset's compile callback (tests/callbacks check it): compiling takes about 2 minutes.
-        *(["callbacks=[default,hockey_curriculum]"] if name == "tdmpc2_hockey_curriculum" else []),
+        # Without the presets' compile callback (tests/callbacks check it): compiling takes about 2 minutes.
+        *(["callbacks=[default,hockey_curriculum]"] if name in COMPILED_CURRICULA else []),
     ]
     out = summary(run_main(tmp_path, "fit", *overrides, f"total_frames={frames}"))
     assert out["frames"] == frames and out["updates"] > 0
