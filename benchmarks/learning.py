@@ -411,6 +411,8 @@ def reproduce(args: argparse.Namespace, results: dict[str, Any]) -> str:
 
 
 def _frames(n: float) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.3g}M"
     return f"{n / 1000:.3g}k"
 
 
