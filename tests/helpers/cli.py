@@ -140,3 +140,32 @@ class ReplayedRows:
         for key in keys:
             assert torch.equal(stored[key], rows[key]), key
         return rows
+
+
+#: A short in-process run's settings: no logger or evaluations, 64 warm-up frames, collections of 16.
+SHORT_RUN = [
+    "logger=none", "device=cpu", "progress_bar=false", "eval.every_frames=0", "eval.episodes=1",
+    "collect.warmup_frames=64", "collect.frames_per_batch=16",
+]  # fmt: skip
+
+
+def build_short_run(
+    workdir: Path,
+    monkeypatch,
+    experiment: str,
+    overrides: list[str],
+    frames: int,
+    checkpoint_every: int,
+    *extra: str,
+):
+    """A sized-down run of ``experiment`` built in ``workdir`` (the current directory for its run folder):
+    ``frames`` frames, a checkpoint every ``checkpoint_every``, :data:`SHORT_RUN`'s settings."""
+    from rl_lightning.cli import compose
+    from rl_lightning.cli.run import build_run
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(workdir)
+    return build_run(compose([
+        f"+experiment={experiment}", *overrides, *SHORT_RUN, f"total_frames={frames}",
+        f"checkpoint.every_frames={checkpoint_every}", *extra,
+    ]))  # fmt: skip

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import TINY_TDMPC2
+from helpers.cli import TINY_TDMPC2, build_short_run
 
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import Run, build_run
+from rl_lightning.cli.run import Run
 from rl_lightning.training.checkpoint import FrameCheckpoint, replay_path
 
 pytestmark = pytest.mark.slow
@@ -62,13 +61,7 @@ def terminal_sigint() -> Iterator[None]:
 
 
 def build(workdir: Path, monkeypatch: pytest.MonkeyPatch, name: str, *extra: str) -> Run:
-    workdir.mkdir(parents=True, exist_ok=True)
-    monkeypatch.chdir(workdir)
-    return build_run(compose([
-        f"+experiment={name}", *CASES[name], "logger=none", "device=cpu", "progress_bar=false",
-        "eval.every_frames=0", "eval.episodes=1", "collect.warmup_frames=64", "collect.frames_per_batch=16",
-        f"total_frames={FRAMES}", f"checkpoint.every_frames={KILLED_AT}", *extra,
-    ]))  # fmt: skip
+    return build_short_run(workdir, monkeypatch, name, CASES[name], FRAMES, KILLED_AT, *extra)
 
 
 def fit(run: Run) -> Run:

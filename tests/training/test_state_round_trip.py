@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.cli import TINY_TDMPC2
+from helpers.cli import TINY_TDMPC2, build_short_run
 
-from rl_lightning.cli import compose
-from rl_lightning.cli.run import Run, build_run
+from rl_lightning.cli.run import Run
 from rl_lightning.data import persistence
 
 pytestmark = pytest.mark.slow
@@ -45,12 +44,7 @@ FRAMES = 240
 
 
 def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *extra: str) -> Run:
-    monkeypatch.chdir(tmp_path)
-    return build_run(compose([
-        f"+experiment={name}", *CASES[name], "logger=none", "device=cpu", "progress_bar=false",
-        "eval.every_frames=0", "eval.episodes=1", "collect.warmup_frames=64", "collect.frames_per_batch=16",
-        f"total_frames={FRAMES}", f"checkpoint.every_frames={FRAMES}", *extra,
-    ]))  # fmt: skip
+    return build_short_run(tmp_path, monkeypatch, name, CASES[name], FRAMES, FRAMES, *extra)
 
 
 def training_state(run: Run) -> dict:
